@@ -1,0 +1,40 @@
+"""Exceptions raised by dataprep.
+
+Tree::
+
+    DataprepError
+    ├── UsageError          bad arguments or RAW/OUT paths (CLI exit status 2)
+    ├── OutputExistsError   OUT holds output of a different command (use --overwrite)
+    ├── FormatError         a shard, index sidecar or manifest is malformed or unsupported
+    ├── VerifyError         a shard or index does not match the manifest
+    └── RejectBudgetError   more inputs rejected than --max-reject-fraction allows
+
+Per-input problems are not exceptions: cleaning turns them into a ``Reject`` with a
+reason code (see ``dataprep.records``).
+"""
+
+from __future__ import annotations
+
+
+class DataprepError(Exception):
+    """Base class of every error dataprep raises on purpose."""
+
+
+class UsageError(DataprepError):
+    """Bad command-line arguments or input/output paths."""
+
+
+class OutputExistsError(DataprepError):
+    """The output directory holds output of a different command."""
+
+
+class FormatError(DataprepError):
+    """A shard, index sidecar or manifest is malformed, truncated or of an unknown version."""
+
+
+class VerifyError(DataprepError):
+    """A shard or its index does not match what the manifest records."""
+
+
+class RejectBudgetError(DataprepError):
+    """The fraction of rejected inputs exceeded ``--max-reject-fraction``."""
