@@ -1,0 +1,191 @@
+"""Check a shard directory against its manifest: hashes, sizes, index sidecars, counts.
+
+``verify`` collects every problem it finds as one line naming the shard (and the sample
+key or byte offset where known) instead of stopping at the first; a missing or
+unreadable manifest is the one thing it raises on (``FormatError``), since without it
+there is nothing to check against.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataprep.errors import FormatError
+from dataprep.index import ShardIndex, index_tar, read_index
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, Manifest, ShardInfo, read_manifest, sha256_file
+
+ShardCallback = Callable[[str, int], None]
+_LINE_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Outcome of ``verify``: shards found and hashed, their samples (per the manifest) and bytes."""
+
+    shards_checked: int
+    samples: int
+    bytes: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(out_dir: Path, *, check_index: bool = True, on_shard: ShardCallback | None = None) -> VerifyReport:
+    """Verify every shard listed in ``OUT/manifest.json``.
+
+    Re-hashes each shard (sha256 and size against the manifest), and with ``check_index``
+    re-indexes each tar shard and compares it with its sidecar; for Parquet shards compares
+    the row count in the file footer. Checks the totals invariants and the rejects file.
+    ``on_shard(name, nbytes)`` is called after each shard that exists, for progress.
+    """
+    out = Path(out_dir)
+    manifest = read_manifest(out)
+    problems: list[str] = []
+    checked = samples = total_bytes = 0
+    for info in manifest.shards:
+        path = _shard_path(out, info.name)
+        if path is None:
+            problems.append(f"{info.name}: shard name is not a plain file name in {out}")
+            continue
+        if not path.is_file():
+            problems.append(f"{info.name}: shard missing from {out}")
+            continue
+        size = path.stat().st_size
+        problems.extend(_check_bytes(path, info, size))
+        problems.extend(_check_contents(out, path, info, manifest.format, check_index))
+        checked, samples, total_bytes = checked + 1, samples + info.num_samples, total_bytes + size
+        if on_shard is not None:
+            on_shard(info.name, size)
+    problems.extend(check_totals(manifest, out))
+    return VerifyReport(checked, samples, total_bytes, tuple(problems))
+
+
+def _shard_path(out: Path, name: str) -> Path | None:
+    # A manifest is data: never follow a name out of the directory.
+    if not name or Path(name).name != name or name in (".", ".."):
+        return None
+    return out / name
+
+
+def _check_bytes(path: Path, info: ShardInfo, size: int) -> list[str]:
+    problems = []
+    if size != info.bytes:
+        problems.append(f"{info.name}: {size} bytes on disk, manifest records {info.bytes} (truncated or rewritten)")
+    digest = sha256_file(path)
+    if digest != info.sha256:
+        problems.append(f"{info.name}: sha256 {digest} does not match the manifest's {info.sha256} (shard corrupted or replaced)")
+    return problems
+
+
+def _check_contents(out: Path, path: Path, info: ShardInfo, fmt: str, check_index: bool) -> list[str]:
+    # A Parquet footer is cheap to read, so its row count is checked even without check_index.
+    if fmt == FORMAT_PARQUET:
+        return _check_parquet(path, info)
+    if fmt != FORMAT_WDS:
+        return [f"{info.name}: manifest format {fmt!r} is unknown; contents not checked"]
+    if not check_index or info.index is None:
+        return []
+    sidecar = _shard_path(out, info.index)
+    if sidecar is None:
+        return [f"{info.name}: index name {info.index!r} is not a plain file name"]
+    try:
+        recorded = read_index(sidecar)
+    except FormatError as err:
+        return [f"{info.name}: index sidecar {info.index}: {err}"]
+    try:
+        actual = index_tar(path)
+    except FormatError as err:
+        return [f"{info.name}: cannot re-index the tar: {err}"]
+    return compare_index(info.name, recorded, actual, manifest_samples=info.num_samples)
+
+
+def _check_parquet(path: Path, info: ShardInfo) -> list[str]:
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (pa.ArrowException, OSError) as err:
+        return [f"{info.name}: unreadable Parquet footer: {err}"]
+    if rows != info.num_samples:
+        return [f"{info.name}: {rows} rows in the file, manifest records {info.num_samples}"]
+    return []
+
+
+def compare_index(shard: str, recorded: ShardIndex, actual: ShardIndex, *, manifest_samples: int) -> list[str]:
+    """Problems between a sidecar (``recorded``) and a fresh scan of its tar (``actual``)."""
+    problems = []
+    if recorded.shard != shard:
+        problems.append(f"{shard}: index sidecar names shard {recorded.shard!r}")
+    if recorded.shard_bytes != actual.shard_bytes:
+        problems.append(f"{shard}: index records {recorded.shard_bytes} shard bytes, the tar has {actual.shard_bytes}")
+    if actual.num_samples != manifest_samples:
+        problems.append(f"{shard}: tar holds {actual.num_samples} samples, manifest records {manifest_samples}")
+    if recorded.num_samples != actual.num_samples:
+        problems.append(f"{shard}: index lists {recorded.num_samples} samples, the tar holds {actual.num_samples}")
+        return problems
+    if recorded.fields != actual.fields:
+        problems.append(f"{shard}: index fields {list(recorded.fields)}, the tar has {list(actual.fields)}")
+        return problems
+    bad = _first_mismatch(recorded, actual)
+    if bad is not None:
+        key = actual.key(bad)
+        problems.append(
+            f"{shard}: index entry {bad} (key {recorded.key(bad)!r}, offset {int(recorded.sample_offset[bad])}) "
+            f"does not match the tar (key {key!r}, offset {int(actual.sample_offset[bad])})"
+        )
+    return problems
+
+
+def _first_mismatch(recorded: ShardIndex, actual: ShardIndex) -> int | None:
+    """Index of the first sample whose offsets, sizes or key differ (same sample count and fields)."""
+    differs = (
+        (recorded.sample_offset != actual.sample_offset)
+        | (recorded.sample_size != actual.sample_size)
+        | (recorded.field_offset != actual.field_offset).any(axis=1)
+        | (recorded.field_size != actual.field_size).any(axis=1)
+        | (recorded.key_end != actual.key_end)
+    )
+    hits = np.flatnonzero(differs)
+    if hits.size:
+        return int(hits[0])
+    if not np.array_equal(recorded.key_blob, actual.key_blob):
+        return next(i for i in range(actual.num_samples) if recorded.key(i) != actual.key(i))
+    return None
+
+
+def check_totals(manifest: Manifest, out_dir: Path) -> list[str]:
+    """Problems with the manifest's accounting and, when present, the rejects file's line count."""
+    t = manifest.totals
+    problems = []
+    if t.inputs_seen != t.samples_kept + t.rejected:
+        problems.append(f"totals: inputs_seen {t.inputs_seen} != samples_kept {t.samples_kept} + rejected {t.rejected}")
+    if t.samples_kept != manifest.num_samples:
+        problems.append(f"totals: samples_kept {t.samples_kept} != {manifest.num_samples} samples in the shards")
+    if t.rejected_by_reason and sum(t.rejected_by_reason.values()) != t.rejected:
+        problems.append(f"totals: rejected_by_reason sums to {sum(t.rejected_by_reason.values())}, rejected is {t.rejected}")
+    if manifest.rejects is not None:
+        rejects = _shard_path(Path(out_dir), manifest.rejects)
+        if rejects is None:
+            problems.append(f"rejects: {manifest.rejects!r} is not a plain file name")
+        elif rejects.is_file():
+            lines = count_lines(rejects)
+            if lines != t.rejected:
+                problems.append(f"{manifest.rejects}: {lines} lines, totals.rejected is {t.rejected}")
+    return problems
+
+
+def count_lines(path: str | os.PathLike[str]) -> int:
+    """Number of lines in a file, counting a last line without a trailing newline."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(_LINE_CHUNK):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")

@@ -1,0 +1,160 @@
+"""What every shard writer shares: the ``ShardWriter`` protocol, rollover limits, shard names.
+
+A writer turns a stream of ``CleanRecord`` into numbered shards. A shard is written
+under a temporary name (``fsutil.tmp_path_for``) and becomes visible only by an atomic
+rename once complete; ``write`` and ``close`` return the shards they completed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, TypeVar, runtime_checkable
+
+from dataprep.errors import UsageError
+from dataprep.manifest import ShardInfo
+from dataprep.records import CleanRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SHARD_BYTES = 256 * 2**20
+
+_W = TypeVar("_W", bound="WriterLifecycle")
+
+
+@runtime_checkable
+class ShardWriter(Protocol):
+    """Writes clean records into numbered shards in one output directory."""
+
+    def write(self, record: CleanRecord) -> list[ShardInfo]:
+        """Add one sample; returns the shards this call completed (0 or 1), already final."""
+        ...
+
+    def close(self) -> list[ShardInfo]:
+        """Complete the open shard, if it holds samples; returns it (0 or 1 shards)."""
+        ...
+
+    def abort(self) -> None:
+        """Remove the temporary file of the open shard; completed shards stay."""
+        ...
+
+    def __enter__(self) -> ShardWriter: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int > 0 (bools are refused)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"'{name}' must be a positive int (got {value!r} that is a {_type_name(value)})")
+
+
+def check_optional_positive_int(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is None or an int > 0 (bools are refused)."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ValueError(f"'{name}' must be a positive int or None (got {value!r} that is a {_type_name(value)})")
+
+
+@dataclass(frozen=True)
+class ShardLimits:
+    """When a shard is full. At least one limit must be set.
+
+    max_shard_bytes: a sample that would take the shard past this many bytes opens a
+        new shard; a single sample larger than the limit goes alone into its own shard.
+    max_samples_per_shard: a shard is complete as soon as it holds this many samples.
+    """
+
+    max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES
+    max_samples_per_shard: int | None = None
+
+    def __post_init__(self) -> None:
+        check_optional_positive_int("max_shard_bytes", self.max_shard_bytes)
+        check_optional_positive_int("max_samples_per_shard", self.max_samples_per_shard)
+        if self.max_shard_bytes is None and self.max_samples_per_shard is None:
+            raise ValueError("at least one of 'max_shard_bytes' and 'max_samples_per_shard' must be set (got None for both)")
+
+    def is_overflow(self, shard_bytes: int, num_samples: int, sample_bytes: int) -> bool:
+        """True if a sample of ``sample_bytes`` must open a new shard instead of joining this one.
+
+        ``shard_bytes`` counts everything the shard would hold when closed with its current
+        ``num_samples`` samples (trailers included). An empty shard always takes the sample.
+        """
+        if num_samples == 0 or self.max_shard_bytes is None:
+            return False
+        return shard_bytes + sample_bytes > self.max_shard_bytes
+
+    def is_full(self, num_samples: int) -> bool:
+        """True once a shard holds ``max_samples_per_shard`` samples."""
+        return self.max_samples_per_shard is not None and num_samples >= self.max_samples_per_shard
+
+
+@dataclass(frozen=True)
+class ShardNaming:
+    """Shard file names ``f"{prefix}-{n:06d}{suffix}"`` in ``out_dir``, numbered from ``start_shard``."""
+
+    out_dir: Path
+    prefix: str = "shard"
+    suffix: str = ".tar"
+    start_shard: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
+            raise ValueError(
+                f"'prefix' must be a non-empty str without '/' or a leading '.' (got {self.prefix!r} that is a {_type_name(self.prefix)})"
+            )
+        if not isinstance(self.start_shard, int) or isinstance(self.start_shard, bool) or self.start_shard < 0:
+            got = f"{self.start_shard!r} that is a {_type_name(self.start_shard)}"
+            raise ValueError(f"'start_shard' must be a non-negative int (got {got})")
+        if not Path(self.out_dir).is_dir():
+            raise UsageError(f"{self.out_dir}: output directory does not exist or is not a directory (create it first)")
+
+    def name(self, n: int) -> str:
+        """The file name of shard number ``n`` (absolute shard number, not an offset)."""
+        return f"{self.prefix}-{n:06d}{self.suffix}"
+
+    def path(self, n: int) -> Path:
+        return Path(self.out_dir) / self.name(n)
+
+
+def remove_quietly(path: Path) -> None:
+    """Delete ``path`` if it exists; failures are logged, not raised (used while cleaning up)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        log.warning("could not remove temporary file %s: %s", path, err)
+
+
+class WriterLifecycle:
+    """Context-manager behaviour shared by the writers: a clean exit closes, an exception aborts.
+
+    Subclasses provide ``close`` and ``abort``. On a clean exit the shard completed by
+    ``close`` is not returned to anyone, so it is kept in ``shards`` (every completed shard).
+    """
+
+    def close(self) -> list[ShardInfo]:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,217 @@
+"""WebDataset tar shards: ``<key>.<field>`` members streamed to disk, index sidecar on close.
+
+Each sample is written as one regular member per field, in sorted field order, with
+deterministic PAX headers (mtime 0, uid/gid 0, empty user/group names, mode 0o444), so
+identical records give byte-identical shards. Names longer than the 100-byte USTAR field,
+or not ASCII, get a PAX extended header; offsets in the index account for it. The
+archive ends with the two zero blocks of the standard; it is not padded to tar's
+10 KiB record size, so a shard's size is exactly what the byte limit counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from dataprep.fsutil import commit_tmp, tmp_path_for
+from dataprep.index import SampleEntry, ShardIndex, index_path_for, split_member_name, write_index
+from dataprep.manifest import ShardInfo
+from dataprep.records import CleanRecord
+from dataprep.writers.base import (
+    DEFAULT_MAX_SHARD_BYTES,
+    ShardLimits,
+    ShardNaming,
+    WriterLifecycle,
+    remove_quietly,
+)
+
+TAR_SUFFIX = ".tar"
+_BLOCK = tarfile.BLOCKSIZE
+_END_OF_ARCHIVE = b"\0" * (2 * _BLOCK)
+_ZEROS = b"\0" * _BLOCK
+_END_BYTES = len(_END_OF_ARCHIVE)
+_TAR_FORMAT: Final = tarfile.PAX_FORMAT
+
+
+def _padding(size: int) -> int:
+    return -size % _BLOCK
+
+
+def _member_header(name: str, size: int) -> bytes:
+    """The header block(s) of one regular member: PAX extended header (if needed) + USTAR header."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o444
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info.tobuf(_TAR_FORMAT, "utf-8", "strict")
+
+
+def _check_key(key: object) -> str:
+    """A key becomes member paths; refuse one that WebDataset would not read back as itself."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"sample key must be a non-empty str (got {key!r} that is a {type(key).__name__})")
+    parts = key.split("/")
+    if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "." in parts[-1]:
+        raise ValueError(f"sample key {key!r} is not shard-safe (no leading '/', empty, '.' or '..' parts, or '.' in its last part)")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"sample key {key!r} is not valid UTF-8") from err
+    return key
+
+
+def _encode_sample(record: CleanRecord) -> list[tuple[str, bytes, bytes]]:
+    """(field, header, data) per field of ``record``, in sorted field order."""
+    key = _check_key(record.key)
+    if not record.fields:
+        raise ValueError(f"sample {key!r} has no fields; a tar shard cannot hold an empty sample")
+    members = []
+    for name in sorted(record.fields):
+        data = record.fields[name]
+        if not isinstance(data, bytes):
+            raise TypeError(f"sample {key!r} field {name!r}: tar shards take bytes (got a {type(data).__name__})")
+        if not isinstance(name, str) or not name or name.startswith("_") or split_member_name(f"{key}.{name}") != (key, name):
+            raise ValueError(f"sample {key!r}: field name {name!r} must be a non-empty str without '/' or a leading '_'")
+        members.append((name, _member_header(f"{key}.{name}", len(data)), data))
+    return members
+
+
+def _sample_bytes(members: list[tuple[str, bytes, bytes]]) -> int:
+    return sum(len(header) + len(data) + _padding(len(data)) for _, header, data in members)
+
+
+@dataclass
+class _OpenShard:
+    """A shard being written under its temporary name; ``position`` is bytes written so far."""
+
+    name: str
+    final: Path
+    tmp: Path
+    fileobj: BinaryIO
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    position: int = 0
+    entries: list[SampleEntry] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+
+    def put(self, chunk: bytes) -> None:
+        self.fileobj.write(chunk)
+        self.digest.update(chunk)
+        self.position += len(chunk)
+
+    def add(self, key: str, members: list[tuple[str, bytes, bytes]]) -> None:
+        """Append one sample's members and record where each field's data landed."""
+        if key in self.keys:
+            raise ValueError(f"{self.name}: sample key {key!r} written twice; keys must be unique within a shard")
+        start, fields = self.position, {}
+        for name, header, data in members:
+            self.put(header)
+            fields[name] = (self.position, len(data))
+            self.put(data)
+            self.put(_ZEROS[: _padding(len(data))])
+        self.keys.add(key)
+        self.entries.append(SampleEntry(key, start, self.position - start, fields))
+
+    def finish(self) -> ShardInfo:
+        """End the archive, make it durable, rename it, then write its index sidecar."""
+        self.put(_END_OF_ARCHIVE)
+        self.fileobj.flush()
+        os.fsync(self.fileobj.fileno())
+        self.fileobj.close()
+        commit_tmp(self.tmp, self.final)
+        index = ShardIndex.from_entries(self.name, self.position, self.entries)
+        index_path = index_path_for(self.final)
+        write_index(index_path, index)
+        return ShardInfo(self.name, len(self.entries), self.position, self.digest.hexdigest(), index_path.name, index.fields)
+
+
+class TarShardWriter(WriterLifecycle):
+    """Writes ``CleanRecord``s (fields: name -> bytes) into WebDataset tar shards with index sidecars.
+
+    Shards are ``f"{prefix}-{n:06d}.tar"`` in ``out_dir``, numbered from ``start_shard``;
+    memory holds one shard's index entries, never its data. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        prefix: str = "shard",
+        max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES,
+        max_samples_per_shard: int | None = None,
+        start_shard: int = 0,
+    ) -> None:
+        self._limits = ShardLimits(max_shard_bytes, max_samples_per_shard)
+        self._naming = ShardNaming(Path(out_dir), prefix, TAR_SUFFIX, start_shard)
+        self._next_shard = start_shard
+        self._open: _OpenShard | None = None
+        self._done: list[ShardInfo] = []
+        self._is_finished = False
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Every shard completed so far, in order."""
+        return tuple(self._done)
+
+    def write(self, record: CleanRecord) -> list[ShardInfo]:
+        """Add one sample; returns the shard this call completed, if any (already renamed and indexed)."""
+        if self._is_finished:
+            raise ValueError("write() on a TarShardWriter that was closed or aborted")
+        members = _encode_sample(record)
+        closed: list[ShardInfo] = []
+        shard = self._open
+        # A shard's size when closed includes the end-of-archive blocks.
+        if shard is not None and self._limits.is_overflow(shard.position + _END_BYTES, len(shard.entries), _sample_bytes(members)):
+            closed.append(self._finish_open())
+        shard = self._open or self._start_shard()
+        try:
+            shard.add(record.key, members)
+        except OSError as err:
+            # The temporary file now ends in a partial sample: nothing more can go into it.
+            err.add_note(f"while writing sample {record.key!r} to {shard.tmp}")
+            self.abort()
+            raise
+        if self._limits.is_full(len(shard.entries)):
+            closed.append(self._finish_open())
+        return closed
+
+    def close(self) -> list[ShardInfo]:
+        """Complete the open shard if it holds samples; further writes are refused."""
+        if self._is_finished:
+            return []
+        self._is_finished = True
+        return [self._finish_open()] if self._open is not None else []
+
+    def abort(self) -> None:
+        """Close and remove the temporary file of the open shard; completed shards stay."""
+        self._is_finished = True
+        shard, self._open = self._open, None
+        if shard is not None:
+            shard.fileobj.close()
+            remove_quietly(shard.tmp)
+
+    def _start_shard(self) -> _OpenShard:
+        final = self._naming.path(self._next_shard)
+        tmp = tmp_path_for(final)
+        self._open = _OpenShard(final.name, final, tmp, open(tmp, "wb"))  # noqa: SIM115 (lives as long as the shard)
+        self._next_shard += 1
+        return self._open
+
+    def _finish_open(self) -> ShardInfo:
+        shard = self._open
+        if shard is None:
+            raise RuntimeError("no open shard to finish")  # internal invariant, not user input
+        try:
+            info = shard.finish()
+        except OSError as err:
+            err.add_note(f"while completing shard {shard.final}")
+            self.abort()
+            raise
+        self._open = None
+        self._done.append(info)
+        return info
