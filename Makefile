@@ -46,7 +46,7 @@ demo: $(STAMP)
 	$(PY) -m dataprep.synthetic $(DEMO)/raw --images $(DEMO_IMAGES) --seed 0
 	$(VENV)/bin/dataprep shard $(DEMO)/raw/images $(DEMO)/shards --shard-size 16MB --resize-short 256
 	$(VENV)/bin/dataprep info $(DEMO)/shards
-	$(PY) examples/load_shards.py $(DEMO)/shards
+	$(PY) examples/load_shards.py $(DEMO)/shards --raw $(DEMO)/raw/images
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -31,6 +31,7 @@ class RejectReason(enum.StrEnum):
     INVALID_UTF8 = "invalid_utf8"      # text or table value is not valid UTF-8
     EMPTY_TEXT = "empty_text"          # text is empty after stripping
     NO_MEDIA = "no_media"              # grouped files with no image in the group
+    UNSUPPORTED = "unsupported"        # a file the layout has no use for (e.g. a README among tables)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+"""Text inputs: one record per file or per line; cleaning = strict UTF-8, not blank, Unicode-normalised."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal, cast
+
+from dataprep.clean.options import TextOptions, TextUnit
+from dataprep.clean.tables import RowError, source_key_stem
+from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+
+TEXT_DIGEST_BYTES = 16
+NormalForm = Literal["NFC", "NFD", "NFKC", "NFKD"]  # what TextOptions.normalize is validated to be
+
+
+def iter_text_records(path: Path, source: str, unit: TextUnit) -> Iterator[RawRecord]:
+    """Raw text records of one file, in file order; ``value`` is bytes (or a RowError if unreadable).
+
+    FILE: one record, the whole file, row None, key ``source_key_stem(source)``.
+    LINE: one record per line without its line terminator (``\\n`` or ``\\r\\n``), row =
+    1-based line number, key f"{stem}_{row:08d}"; read line by line. The caller may
+    replace the keys.
+    """
+    stem = source_key_stem(source)
+    row = 0
+    try:
+        if unit is TextUnit.FILE:
+            yield RawRecord(stem, source, value=path.read_bytes())
+            return
+        with open(path, "rb") as f:
+            for row, line in enumerate(f, 1):
+                yield RawRecord(f"{stem}_{row:08d}", source, row=row, value=line.removesuffix(b"\n").removesuffix(b"\r"))
+    except OSError as err:
+        where = f" after line {row}" if row else ""
+        error = RowError(RejectReason.UNREADABLE, f"cannot read {path}{where}: {err.strerror or err}")
+        yield RawRecord(stem, source, value=error)
+
+
+def clean_text(raw: RawRecord, opts: TextOptions) -> CleanRecord | Reject:
+    """A text record decoded and normalised, or why not.
+
+    fields: "text" (str, ``opts.normalize`` form, not stripped), "__source__" (str),
+    "__row__" (int line number, or None for a whole file). A byte order mark at the
+    start of a file is dropped.
+    """
+    data = raw.value
+    if isinstance(data, RowError):
+        return Reject(raw.source, data.reason, data.detail, raw.row)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"clean_text needs the record's bytes as value (got a {type(data).__name__} for {raw.source!r})")
+    data = bytes(data)
+    where = f" of line {raw.row}" if raw.row is not None else ""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        detail = f"invalid UTF-8 byte 0x{data[err.start]:02x} at byte offset {err.start}{where} ({err.reason})"
+        return Reject(raw.source, RejectReason.INVALID_UTF8, detail, raw.row)
+    if raw.row is None or raw.row == 1:
+        text = text.removeprefix("\ufeff")
+    if not text.strip():
+        what = "line" if raw.row is not None else "file"
+        return Reject(raw.source, RejectReason.EMPTY_TEXT, f"{what} is empty or only whitespace ({len(data)} bytes)", raw.row)
+    text = unicodedata.normalize(cast(NormalForm, opts.normalize), text)
+    return CleanRecord(raw.key, raw.source, {"text": text, "__source__": raw.source, "__row__": raw.row})
+
+
+def text_digest(record: CleanRecord) -> bytes:
+    """16-byte BLAKE2b of the record's normalised text (UTF-8): equal digests = exact duplicates."""
+    text = record.fields["text"]
+    if not isinstance(text, str):
+        raise TypeError(f"text_digest needs a clean text record (field 'text' of {record.key!r} is a {type(text).__name__})")
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=TEXT_DIGEST_BYTES).digest()

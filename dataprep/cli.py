@@ -1,0 +1,212 @@
+"""The ``dataprep`` command line: argument parsing and output only.
+
+Sub-commands: ``shard RAW OUT``, ``verify OUT``, ``info OUT``, ``index DIR``.
+Exit status: 0 success (rejects are normal), 1 failure, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
+from dataprep.config import OutputFormat, ShardConfig, default_workers
+from dataprep.errors import DataprepError, OutputExistsError, UsageError
+from dataprep.report import Progress, format_summary, format_table
+from dataprep.sources import Layout
+from dataprep.units import format_bytes, parse_bytes
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def _byte_size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1] (got {text})")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dataprep", description="Clean raw datasets and shard them for fast loading.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("shard", help="clean RAW and write shards, index sidecars and a manifest to OUT")
+    p.add_argument("raw", type=Path, help="raw dataset: a directory (or one table/text file)")
+    p.add_argument("out", type=Path, help="output directory (created; must be empty or from the same command)")
+    p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
+    p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
+                   help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images)")
+    p.add_argument("--shard-size", type=_byte_size, default=None, help="max bytes per shard, e.g. 64MB (default 256MB)")
+    p.add_argument("--samples-per-shard", type=_positive, default=None, help="max samples per shard")
+    p.add_argument("--row-group-size", type=_byte_size, default="64MiB", help="Parquet row group bound (default 64MiB)")
+    p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample order (default 0)")
+    p.add_argument("--no-shuffle", action="store_true", help="keep sorted order instead of a seeded shuffle")
+    g = p.add_argument_group("images")
+    g.add_argument("--min-side", type=_positive, default=32, help="reject images whose shorter side is smaller")
+    g.add_argument("--max-pixels", type=_positive, default=ImageOptions().max_pixels, help="reject larger images (bomb guard)")
+    size = g.add_mutually_exclusive_group()
+    size.add_argument("--resize-short", type=_positive, help="pre-resize: shorter side to N pixels (downscale only)")
+    size.add_argument("--max-side", type=_positive, help="pre-resize: longer side to at most N pixels")
+    g.add_argument("--quality", type=int, default=95, choices=range(1, 101), metavar="1..100", help="JPEG quality of re-encoded images")
+    g.add_argument("--reencode-format", choices=[str(x) for x in ImageFormat], default="jpg")
+    g = p.add_argument_group("tables and text")
+    g.add_argument("--schema", help="table schema as JSON {column: type} or @file.json (default: inferred)")
+    g.add_argument("--required", help="comma-separated required columns (default: all schema columns)")
+    g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
+    g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
+    g = p.add_argument_group("run")
+    g.add_argument("--workers", type=_positive, default=default_workers(), help="worker processes (default: all cores)")
+    g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
+    g.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty OUT")
+    g.add_argument("--max-reject-fraction", type=_fraction, help="fail when more than this fraction of inputs is rejected")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
+
+    p = sub.add_parser("verify", help="re-hash shards against the manifest and check index sidecars")
+    p.add_argument("out", type=Path)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("info", help="counts, sizes, labels and rejects of a shard directory")
+    p.add_argument("out", type=Path)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("index", help="adopt existing WebDataset tar shards: write index sidecars and a manifest")
+    p.add_argument("dir", type=Path)
+    p.add_argument("--pattern", default="*.tar", help="shard file glob (default *.tar)")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _schema(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    try:
+        doc = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--schema: cannot read {text!r}: {err}") from err
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise UsageError(f"--schema must be a JSON object of column -> type name (got {text!r})")
+    return doc
+
+
+def config_from_args(args: argparse.Namespace) -> ShardConfig:
+    if args.shard_size is None and args.samples_per_shard is None:
+        args.shard_size = parse_bytes("256MB")
+    required = tuple(c for c in args.required.split(",") if c) if args.required else None
+    try:
+        image = ImageOptions(min_side=args.min_side, max_pixels=args.max_pixels, resize_short=args.resize_short,
+                             max_side=args.max_side, quality=args.quality, reencode_format=ImageFormat(args.reencode_format))
+        table = TableOptions(schema=_schema(args.schema), required=required, dedup_on=args.dedup_on)
+        text = TextOptions(unit=TextUnit(args.text_unit))
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    return ShardConfig(
+        raw=args.raw, out=args.out, layout=None if args.layout == "auto" else Layout(args.layout),
+        output_format=OutputFormat(args.output_format), max_shard_bytes=args.shard_size,
+        max_samples_per_shard=args.samples_per_shard, row_group_bytes=args.row_group_size, prefix=args.prefix,
+        seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, workers=args.workers,
+        follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
+    )
+
+
+def _cmd_shard(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from dataprep.pipeline import shard
+
+    config = config_from_args(args)
+    progress = Progress(None, enabled=False if args.no_progress or args.json else None)
+    summary = shard(config, argv=("dataprep", *argv), progress=progress)
+    print(json.dumps(summary.to_json(), indent=2) if args.json else format_summary(summary))
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from dataprep.verify import verify
+
+    report = verify(args.out)
+    if args.json:
+        print(json.dumps({"ok": report.ok, "shards": report.shards_checked, "samples": report.samples,
+                          "bytes": report.bytes, "problems": list(report.problems)}, indent=2))
+    else:
+        for problem in report.problems:
+            print(f"PROBLEM  {problem}")
+        status = "OK" if report.ok else f"FAILED ({len(report.problems)} problems)"
+        print(format_table([("shards checked", f"{report.shards_checked:,}"), ("samples", f"{report.samples:,}"),
+                            ("bytes", format_bytes(report.bytes)), ("status", status)]))
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from dataprep.info import dataset_info
+
+    info = dataset_info(args.out).to_json()
+    if args.json:
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    rows = [("format / layout", f"{info['format']} / {info['layout']}"), ("shards", f"{info['shards']:,}"),
+            ("samples", f"{info['samples']:,}"), ("bytes", format_bytes(info["bytes"])),
+            ("shard bytes min..max", f"{format_bytes(info['shard_bytes_min'])} .. {format_bytes(info['shard_bytes_max'])}")]
+    rows += [(f"field {name}", f"{n:,}") for name, n in info["fields"].items()]
+    rows += [(f"label {name}", f"{n:,}") for name, n in info["labels"].items()]
+    totals = info["totals"]
+    rows += [("inputs seen", f"{totals['inputs_seen']:,}"), ("rejected", f"{totals['rejected']:,}")]
+    rows += [(f"  {reason}", f"{n:,}") for reason, n in totals["rejected_by_reason"].items()]
+    print(format_table(rows))
+    return EXIT_OK
+
+
+def _cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from dataprep.adopt import adopt
+
+    if not args.dir.is_dir():
+        raise UsageError(f"{args.dir} is not a directory")
+    manifest = adopt(args.dir, pattern=args.pattern, command=("dataprep", *argv))
+    if args.json:
+        print(json.dumps({"shards": len(manifest.shards), "samples": manifest.num_samples}, indent=2))
+    else:
+        print(format_table([("shards indexed", f"{len(manifest.shards):,}"), ("samples", f"{manifest.num_samples:,}")]))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="dataprep: %(message)s")
+    try:
+        if args.command == "shard":
+            return _cmd_shard(args, argv)
+        if args.command == "verify":
+            return _cmd_verify(args)
+        if args.command == "info":
+            return _cmd_info(args)
+        return _cmd_index(args, argv)
+    except (UsageError, OutputExistsError) as err:
+        print(f"dataprep: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except DataprepError as err:
+        print(f"dataprep: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Run summaries: the end-of-run table, its JSON form, and the terminal progress line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from dataprep.manifest import Totals
+from dataprep.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a ``dataprep shard`` run produced. Rates count this run's own work (not resumed parts)."""
+
+    out: str
+    layout: str
+    output_format: str
+    totals: Totals
+    shards: int
+    bytes_written: int
+    elapsed_s: float
+    samples_per_s: float
+    mb_per_s: float
+    resumed_from_shard: int | None = None
+    already_complete: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": self.out,
+            "layout": self.layout,
+            "format": self.output_format,
+            "totals": self.totals.to_json(),
+            "shards": self.shards,
+            "bytes": self.bytes_written,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "samples_per_s": round(self.samples_per_s, 1),
+            "mb_per_s": round(self.mb_per_s, 2),
+            "resumed_from_shard": self.resumed_from_shard,
+            "already_complete": self.already_complete,
+        }
+
+
+def format_table(rows: list[tuple[str, str]]) -> str:
+    """Two aligned columns, labels left, values right."""
+    width = max(len(label) for label, _ in rows)
+    vwidth = max(len(value) for _, value in rows)
+    return "\n".join(f"{label:<{width}}  {value:>{vwidth}}" for label, value in rows)
+
+
+def format_summary(summary: Summary) -> str:
+    t = summary.totals
+    rows = [
+        ("output", summary.out),
+        ("layout / format", f"{summary.layout} / {summary.output_format}"),
+        ("inputs seen", f"{t.inputs_seen:,}"),
+        ("samples kept", f"{t.samples_kept:,}"),
+        ("rejected", f"{t.rejected:,}"),
+    ]
+    rows += [(f"  {reason}", f"{count:,}") for reason, count in sorted(t.rejected_by_reason.items())]
+    rows += [
+        ("shards", f"{summary.shards:,}"),
+        ("bytes written", format_bytes(summary.bytes_written)),
+    ]
+    if summary.already_complete:
+        rows.append(("status", "already complete (nothing to do)"))
+    else:
+        rows += [
+            ("elapsed", f"{summary.elapsed_s:.2f} s"),
+            ("throughput", f"{summary.samples_per_s:,.1f} samples/s, {summary.mb_per_s:,.1f} MB/s"),
+        ]
+        if summary.resumed_from_shard is not None:
+            rows.append(("resumed at shard", str(summary.resumed_from_shard)))
+    return format_table(rows)
+
+
+class Progress:
+    """A single-line progress display on a terminal (stderr); silent when not a TTY."""
+
+    def __init__(self, total: int | None, *, stream: TextIO | None = None, enabled: bool | None = None,
+                 interval_s: float = 0.25) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.total = total
+        self.interval_s = interval_s
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def update(self, done: int, rejected: int, nbytes: int, *, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        elapsed = max(now - self.start, 1e-9)
+        of_total = f"/{self.total:,}" if self.total is not None else ""
+        self.stream.write(
+            f"\r{done:,}{of_total} inputs  {done / elapsed:,.0f} samples/s  "
+            f"{nbytes / elapsed / 1e6:,.1f} MB/s  rejects {rejected:,}   "
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,69 @@
+"""What to generate (``SyntheticSpec``), what was written (``SyntheticReport``), argument checks, random streams."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dataprep.errors import UsageError
+
+# Random streams, one per scope, so that images do not depend on tables and vice versa.
+STREAM_CLASS, STREAM_IMAGE, STREAM_BROKEN, STREAM_TABLE, STREAM_TEXT = range(5)
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Raise UsageError unless ``value`` is an int (not a bool) >= ``minimum``."""
+    if type(value) is not int or value < minimum:
+        raise UsageError(f"'{name}' must be an int >= {minimum} (got {value!r} that is a {type(value).__name__})")
+
+
+def check_bool(name: str, value: object) -> None:
+    """Raise UsageError unless ``value`` is a bool."""
+    if type(value) is not bool:
+        raise UsageError(f"'{name}' must be a bool (got {value!r} that is a {type(value).__name__})")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticSpec:
+    """What ``make_dataset`` writes: ``images`` valid images over ``classes`` folders, and more."""
+
+    images: int = 200
+    classes: int = 10
+    seed: int = 0
+    broken: bool = True
+    tables: bool = True
+    text: bool = True
+    sidecars: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("images", self.images, 1)
+        check_int("classes", self.classes, 1)
+        check_int("seed", self.seed, 0)
+        for name in ("broken", "tables", "text", "sidecars"):
+            check_bool(name, getattr(self, name))
+        if self.classes > self.images:
+            raise UsageError(f"'classes' must be <= 'images' so no class folder is empty (got classes={self.classes}, images={self.images})")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticReport:
+    """What was written under ``root``; for the expected outcome of cleaning each input.
+
+    image_files: valid images (cleaning keeps them all); sidecars and broken files not counted.
+    broken: path relative to ``root/images`` -> the RejectReason value cleaning must give it.
+    special: path relative to ``root/images`` -> kind (``SPECIAL_KINDS``) of a valid variant.
+    table_rows / bad_table_rows: data rows (lines after any CSV header) in all table files.
+    table_rejects: (file relative to ``root/tables``, 1-based line number in that file,
+    the CSV header being line 1) -> the RejectReason value.
+    bytes_written: bytes in all files written.
+    """
+
+    root: Path
+    image_files: int
+    broken: dict[str, str]
+    table_rows: int
+    bad_table_rows: int
+    text_files: int
+    bytes_written: int
+    special: dict[str, str] = dataclasses.field(default_factory=dict)
+    table_rejects: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict)

@@ -1,0 +1,255 @@
+"""End to end: raw trees -> `dataprep shard` -> shards, index sidecars, manifest, rejects."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from dataprep.cli import main
+from dataprep.index import read_index
+from dataprep.manifest import read_manifest
+
+SAFE_KEY = re.compile(r"^[^./][^./]*$")
+
+
+def shard_cli(*args: object) -> int:
+    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
+
+
+def tar_samples(out: Path) -> dict[str, dict[str, bytes]]:
+    """key -> field -> bytes over every tar shard in OUT, read with tarfile."""
+    samples: dict[str, dict[str, bytes]] = {}
+    for info in read_manifest(out).shards:
+        with tarfile.open(out / info.name) as tar:
+            for member in tar:
+                key, _, field = member.name.partition(".")
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                assert key not in samples or field not in samples[key]
+                samples.setdefault(key, {})[field] = data
+    return samples
+
+
+def rejects(out: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+def test_image_folder_accounting_and_rejects(synthetic, image_tree, tmp_path):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--shard-size", "1MB", "--workers", "2") == 0
+    manifest = read_manifest(out)
+    totals = manifest.totals
+    assert totals.inputs_seen == totals.samples_kept + totals.rejected
+    samples = tar_samples(out)
+    assert len(samples) == totals.samples_kept == sum(s.num_samples for s in manifest.shards)
+    assert len(manifest.shards) > 1
+    # every broken file the generator planted is rejected with the expected reason
+    by_source = {r["source"]: r["reason"] for r in rejects(out)}
+    assert len(by_source) == totals.rejected
+    for rel, reason in synthetic.broken.items():
+        rel_in_tree = rel.split("/", 1)[1] if rel.startswith("images/") else rel
+        if rel_in_tree in by_source or reason in ("duplicate",):
+            continue
+        pytest.fail(f"{rel} expected rejected as {reason}; rejects: {by_source}")
+    assert Counter(by_source.values()) == Counter(totals.rejected_by_reason)
+    assert "duplicate" in totals.rejected_by_reason
+    # label map sorted by class name, and every sample's cls within it
+    assert list(manifest.label_map) == sorted(manifest.label_map)
+    for key, fields in samples.items():
+        assert SAFE_KEY.match(key), key
+        assert int(fields["cls"]) in manifest.label_map.values()
+        meta = json.loads(fields["json"])
+        assert "__source__" in meta
+        image = Image.open(io.BytesIO(fields.get("jpg") or fields["png"]))
+        image.load()
+        assert image.mode == "RGB"
+
+
+def test_classes_are_mixed_within_shards(image_tree, tmp_path):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--samples-per-shard", "20", "--workers", "1") == 0
+    first = read_manifest(out).shards[0]
+    labels = {int(f["cls"]) for k, f in tar_samples(out).items()
+              if k in set(read_index(out / first.index).keys())}
+    assert len(labels) > 1
+    sorted_out = tmp_path / "sorted"
+    assert shard_cli(image_tree, sorted_out, "--samples-per-shard", "20", "--no-shuffle", "--workers", "1") == 0
+    keys = read_index(sorted_out / read_manifest(sorted_out).shards[0].index).keys()
+    assert keys == sorted(keys)
+
+
+def test_output_does_not_depend_on_workers(image_tree, tmp_path):
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        assert shard_cli(image_tree, out, "--shard-size", "1MB", "--workers", workers) == 0
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    for name in names:
+        if name != "manifest.json":  # its command line differs
+            assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+
+
+def test_rerun_is_a_no_op_and_other_command_is_refused(image_tree, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--workers", "1") == 0
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert shard_cli(image_tree, out, "--workers", "1") == 0
+    assert "already complete" in capsys.readouterr().out
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    assert shard_cli(image_tree, out, "--workers", "1", "--seed", "7") == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert shard_cli(image_tree, out, "--workers", "1", "--seed", "7", "--overwrite") == 0
+    assert read_manifest(out).options["seed"] == 7
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert shard_cli(tmp_path / "missing", tmp_path / "out") == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        shard_cli(tmp_path, tmp_path / "out", "--shard-size", "lots")
+    assert exc.value.code == 2
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "a.jpg").write_bytes(b"")
+    assert shard_cli(tmp_path / "raw", tmp_path / "raw" / "out") == 2
+
+
+def test_reject_budget_fails_without_manifest(image_tree, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--workers", "1", "--max-reject-fraction", "0.01") == 1
+    assert "max-reject-fraction" in capsys.readouterr().err
+    assert not (out / "manifest.json").exists()
+    assert (out / "rejects.jsonl").exists()
+
+
+def test_resize_short_and_parquet_images(image_tree, tmp_path):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--workers", "1", "--resize-short", "64", "--format", "parquet") == 0
+    manifest = read_manifest(out)
+    table = pq.read_table(out / manifest.shards[0].name)
+    assert {"__key__", "jpg", "cls", "json"} <= set(table.column_names)
+    for data in table.column("jpg").to_pylist()[:10]:
+        if data is not None:
+            assert min(Image.open(io.BytesIO(data)).size) == 64
+
+
+def test_symlinks_and_odd_names(image_tree, tmp_path):
+    outside = tmp_path / "outside.jpg"
+    src = next(image_tree.glob("*/*.jpg"))
+    outside.write_bytes(src.read_bytes()[:-10] + b"\x00" * 9 + b"\xd9")  # distinct bytes, still a JPEG
+    cls_dir = next(p for p in image_tree.iterdir() if p.is_dir())
+    (cls_dir / "link.jpg").symlink_to(outside)
+    odd = os.fsencode(cls_dir) + b"/odd \xff name.jpg"
+    Image.new("RGB", (64, 48), (10, 200, 30)).save(odd.decode("utf-8", "surrogateescape"), "JPEG")
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--workers", "1") == 0
+    reasons = {r["source"]: r["reason"] for r in rejects(out)}
+    assert reasons[f"{cls_dir.name}/link.jpg"] == "symlink_outside"
+    sources = {json.loads(f["json"])["__source__"] for f in tar_samples(out).values()}
+    assert any("odd" in s and "name.jpg" in s for s in sources)
+    followed = tmp_path / "followed"
+    assert shard_cli(image_tree, followed, "--workers", "1", "--follow-symlinks") == 0
+    assert "symlink_outside" not in read_manifest(followed).totals.rejected_by_reason
+
+
+def test_grouped_layout(tmp_path):
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    for i in range(3):
+        Image.new("RGB", (40, 40), (i * 50, 0, 0)).save(raw / f"{i:04d}.jpg")
+        (raw / f"{i:04d}.txt").write_text(f"caption {i}")
+        (raw / f"{i:04d}.json").write_text(json.dumps({"id": i}))
+    (raw / "0009.txt").write_text("orphan caption")
+    out = tmp_path / "out"
+    assert shard_cli(tmp_path / "raw", out, "--workers", "1", "--layout", "grouped") == 0
+    samples = tar_samples(out)
+    assert len(samples) == 3
+    for fields in samples.values():
+        assert set(fields) == {"jpg", "txt", "json"}
+        assert json.loads(fields["json"])["id"] in (0, 1, 2)
+    assert [r["reason"] for r in rejects(out)] == ["no_media"]
+
+
+def test_tables_to_parquet(synthetic, tmp_path):
+    out = tmp_path / "out"
+    assert shard_cli(synthetic.root / "tables", out, "--workers", "2") == 0
+    manifest = read_manifest(out)
+    assert manifest.format == "parquet" and manifest.layout == "table"
+    table = pq.read_table(out / manifest.shards[0].name)
+    assert table.schema.names == [f["name"] for f in manifest.schema]
+    assert manifest.totals.samples_kept == sum(pq.read_metadata(out / s.name).num_rows for s in manifest.shards)
+    assert manifest.totals.inputs_seen == manifest.totals.samples_kept + manifest.totals.rejected
+
+    def expected(with_duplicates: bool) -> dict[tuple[str, int], str]:
+        # the generator counts file lines (CSV header = line 1); rejects count data rows
+        return {(f, line - 1 if f.endswith(".csv") else line): reason
+                for (f, line), reason in synthetic.table_rejects.items() if with_duplicates or reason != "duplicate"}
+
+    assert {(r["source"], r["row"]): r["reason"] for r in rejects(out)} == expected(False)
+    deduped = tmp_path / "dedup"
+    assert shard_cli(synthetic.root / "tables", deduped, "--workers", "1", "--dedup-on", "id") == 0
+    assert {(r["source"], r["row"]): r["reason"] for r in rejects(deduped)} == expected(True)
+
+
+def test_text_lines(synthetic, tmp_path):
+    out = tmp_path / "out"
+    assert shard_cli(synthetic.root / "text", out, "--workers", "1", "--text-unit", "line") == 0
+    manifest = read_manifest(out)
+    texts = [t for s in manifest.shards for t in pq.read_table(out / s.name).column("text").to_pylist()]
+    assert len(texts) == len(set(texts)) == manifest.totals.samples_kept
+    reasons = manifest.totals.rejected_by_reason
+    assert reasons.get("empty_text", 0) >= 1 and reasons.get("duplicate", 0) >= 1
+
+
+def _run_killed(cmd: list[str], cwd: Path, out: Path) -> None:
+    """Start `dataprep shard`, kill -9 it once a shard is complete."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = out / ".dataprep" / "checkpoint.json"
+    try:
+        while proc.poll() is None:
+            if checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("next_shard", 0) >= 2:
+                proc.kill()
+                break
+    finally:
+        proc.wait()
+
+
+def test_resume_after_kill_is_byte_identical(image_tree, tmp_path):
+    args = ["../images", "out", "--shard-size", "300KB", "--workers", "2"]
+    cmd = [sys.executable, "-m", "dataprep.cli", "shard", *args]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    subprocess.run(cmd, cwd=tmp_path / "a", check=True, capture_output=True)
+    _run_killed(cmd, tmp_path / "b", tmp_path / "b" / "out")
+    assert not (tmp_path / "b" / "out" / "manifest.json").exists(), "run finished before the kill; make the data larger"
+    subprocess.run(cmd, cwd=tmp_path / "b", check=True, capture_output=True)
+    a, b = tmp_path / "a" / "out", tmp_path / "b" / "out"
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_verify_and_info_cli(image_tree, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard_cli(image_tree, out, "--workers", "1", "--shard-size", "1MB") == 0
+    assert main(["verify", os.fspath(out)]) == 0
+    assert main(["info", os.fspath(out), "--json"]) == 0
+    capsys.readouterr()
+    shard = out / read_manifest(out).shards[1].name
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert main(["verify", os.fspath(out)]) == 1
+    assert shard.name in capsys.readouterr().out
