@@ -163,6 +163,10 @@ class DevicePrefetcher(Generic[T]):
     non_blocking: asynchronous host-to-device copies (needs pinned memory: pageable
         tensors are staged through ``pool``).
     pool: staging buffers for pageable CPU tensors (default: a private pool of 8).
+    stage: stage pageable CPU tensors through ``pool`` before copying. Default: only when
+        the device is CUDA (asynchronous copies need pinned memory); for a CPU device
+        tensors already there pass through without a copy. ``stage=True`` on the CPU runs
+        the CUDA path's buffer logic, which the tests use.
 
     Constructing starts nothing; iterating pulls from ``batches``. Exceptions raised by
     ``batches`` or ``transform`` reach the consumer unchanged, after the batches that
@@ -179,6 +183,7 @@ class DevicePrefetcher(Generic[T]):
         transform: Callable[[Any], Any] | None = None,
         non_blocking: bool = True,
         pool: PinnedBufferPool | None = None,
+        stage: bool | None = None,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ConfigError(f"'depth' must be a non-negative int (got {depth!r} that is a {type(depth).__name__})")
@@ -190,6 +195,7 @@ class DevicePrefetcher(Generic[T]):
         self.depth = depth
         self.transform = transform
         self.non_blocking = bool(non_blocking)
+        self.stage = self.device.type == "cuda" if stage is None else bool(stage)
         self.pool = pool if pool is not None else PinnedBufferPool(pin_memory=self.device.type == "cuda")
         self._batches = batches
         self._streams: _Streams | None = None  # created on first iteration: constructors start nothing
@@ -268,7 +274,7 @@ class DevicePrefetcher(Generic[T]):
             return _InFlight(moved, streams.record())
 
     def _copy(self, tensor: torch.Tensor, streams: _Streams) -> torch.Tensor:
-        if tensor.device.type == "cpu" and not tensor.is_pinned():
+        if self.stage and tensor.device.type == "cpu" and not tensor.is_pinned():
             buffer = self.pool.stage(tensor)
             try:
                 return buffer.to(self.device, non_blocking=self.non_blocking, copy=True)

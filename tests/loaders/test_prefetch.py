@@ -66,7 +66,7 @@ class PendingEvent:
 
 def test_order_and_values_preserved_and_copies_are_independent() -> None:
     batches = make_batches(5)
-    out = list(DevicePrefetcher(batches, "cpu"))
+    out = list(DevicePrefetcher(batches, "cpu", stage=True))  # the CUDA path's staging, on the CPU
     assert [b["step"] for b in out] == list(range(5))
     for got, sent in zip(out, batches):
         assert torch.equal(got["image"], sent["image"]) and torch.equal(got["label"], sent["label"])
@@ -127,7 +127,7 @@ def test_source_is_pulled_at_most_depth_ahead(depth: int) -> None:
 
 def test_staging_buffers_are_reused_once_their_copy_completed() -> None:
     pool = PinnedBufferPool(max_buffers=4, pin_memory=False)
-    out = list(DevicePrefetcher(make_batches(6), "cpu", pool=pool))
+    out = list(DevicePrefetcher(make_batches(6), "cpu", pool=pool, stage=True))
     # Two pageable tensors per batch: two allocations, every later staging reuses them.
     assert pool.stats.misses == 2 and pool.stats.hits == 10
     assert [int(b["image"][0, 0, 0, 0]) for b in out] == list(range(6))  # reuse never leaked into outputs
@@ -144,7 +144,7 @@ def test_staging_buffer_is_not_reused_while_its_copy_is_in_flight(monkeypatch: p
     monkeypatch.setattr(prefetch._HostStreams, "hand_over", lambda self, event, tensors: None)
     pool = PinnedBufferPool(max_buffers=4, pin_memory=False)
     batches = [{"image": torch.full((3,), k)} for k in range(4)]
-    iterator = iter(DevicePrefetcher(batches, "cpu", depth=1, pool=pool))
+    iterator = iter(DevicePrefetcher(batches, "cpu", depth=1, pool=pool, stage=True))
     first = next(iterator)  # batches 0 and 1 staged, both copies still "in flight"
     assert pool.stats.hits == 0 and pool.num_pending == 2
     events[0].done = True  # the first event recorded marks the end of batch 0's staging copy
@@ -156,7 +156,7 @@ def test_staging_buffer_is_not_reused_while_its_copy_is_in_flight(monkeypatch: p
 def test_batch_with_more_tensors_than_the_pool_holds() -> None:
     pool = PinnedBufferPool(max_buffers=2, pin_memory=False)
     batch = {f"field{i}": torch.full((4,), i) for i in range(5)}
-    (out,) = list(DevicePrefetcher([batch], "cpu", pool=pool))
+    (out,) = list(DevicePrefetcher([batch], "cpu", pool=pool, stage=True))
     assert all(torch.equal(out[key], batch[key]) for key in batch)
     assert pool.num_owned <= 2
 
@@ -257,3 +257,10 @@ def test_cuda_transform_runs_on_the_side_stream_and_the_consumer_waits_for_it() 
     sums = [b.sum() for b in DevicePrefetcher(batches, "cuda", transform=slow_transform)]
     assert all(s != consumer for s in streams)
     assert [int(s) for s in sums] == [(k + 1) * 256 * 256 for k in range(4)]
+
+
+def test_cpu_target_passes_cpu_tensors_through_without_copies() -> None:
+    batches = make_batches(3)
+    out = list(DevicePrefetcher(batches, "cpu"))
+    for got, sent in zip(out, batches):
+        assert got["image"].data_ptr() == sent["image"].data_ptr()

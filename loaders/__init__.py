@@ -1,0 +1,44 @@
+"""loaders: shards -> batches on the device, fast and resumable (see loaders/README.md).
+
+Public API: the drop-in ``DataLoader``; datasets over dataprep shards; the sampler and
+topology; CPU decode transforms (``loaders.transforms``); device prefetch; batched
+augmentation (``loaders.augment``); and the exception tree (``loaders.errors``).
+"""
+
+from __future__ import annotations
+
+from loaders.dataloader import DataLoader
+from loaders.dataset import ParquetShardDataset, ShardDataset
+from loaders.errors import ConfigError, LoaderError, SampleError, ShardError, SkipBudgetError, WorkerError
+from loaders.order import OrderMode, sample_rng, sample_seed
+from loaders.prefetch import DevicePrefetcher, to_device
+from loaders.sampler import SampleIndex, ShardSampler
+from loaders.topology import Topology, cpus_available, default_num_workers
+from loaders.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
+
+__all__ = [
+    "CenterCropDecode",
+    "Compose",
+    "ConfigError",
+    "DataLoader",
+    "DecodeImage",
+    "DecodeLabel",
+    "DevicePrefetcher",
+    "LoaderError",
+    "OrderMode",
+    "ParquetShardDataset",
+    "RandomResizedCropDecode",
+    "SampleError",
+    "SampleIndex",
+    "ShardDataset",
+    "ShardError",
+    "ShardSampler",
+    "SkipBudgetError",
+    "Topology",
+    "WorkerError",
+    "cpus_available",
+    "default_num_workers",
+    "sample_rng",
+    "sample_seed",
+    "to_device",
+]

@@ -1,0 +1,105 @@
+"""limits: thread caps in this process, worker seeds (distinct per worker and epoch), WorkerInit order."""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from loaders import limits
+from loaders.errors import ConfigError
+from loaders.limits import THREAD_ENV_VARS, WorkerInit, limit_threads, seed_worker, seeded_for, worker_seed
+
+
+@pytest.fixture
+def restore_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """limit_threads changes process-wide settings: put them back for the other tests."""
+    for name in THREAD_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def restore_rngs() -> Iterator[None]:
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    yield
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
+
+
+def test_limit_threads_sets_torch_and_environment(restore_threads: None) -> None:
+    limit_threads(1)
+    assert torch.get_num_threads() == 1
+    for name in THREAD_ENV_VARS:
+        assert limits.os.environ[name] == "1"
+
+
+def test_limit_threads_reaches_threadpoolctl_and_loaded_cv2(
+        restore_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, int]] = []
+    fake_tpc = types.SimpleNamespace(threadpool_limits=lambda limits: calls.append(("threadpoolctl", limits)))
+    fake_cv2 = types.SimpleNamespace(setNumThreads=lambda n: calls.append(("cv2", n)))
+    monkeypatch.setitem(sys.modules, "threadpoolctl", fake_tpc)
+    monkeypatch.setitem(sys.modules, "cv2", fake_cv2)
+    limit_threads(2)
+    assert calls == [("threadpoolctl", 2), ("cv2", 2)]
+
+
+def test_limit_threads_never_imports_cv2(restore_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "cv2", raising=False)
+    limit_threads(1)
+    assert "cv2" not in sys.modules
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_limit_threads_rejects_non_positive_ints(bad: object) -> None:
+    with pytest.raises(ConfigError, match="'n' must be a positive int"):
+        limit_threads(bad)  # type: ignore[arg-type]
+
+
+def test_worker_seeds_differ_per_worker_and_epoch_and_are_pure() -> None:
+    seeds = {(epoch, worker): worker_seed(7, epoch, worker) for epoch in range(4) for worker in range(8)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert worker_seed(7, 2, 3) == seeds[(2, 3)]
+    assert worker_seed(8, 2, 3) != seeds[(2, 3)]
+    assert all(0 <= s < 2**64 for s in seeds.values())
+
+
+def test_seed_worker_seeds_random_numpy_and_torch(restore_rngs: None) -> None:
+    def draws() -> tuple[float, float, float]:
+        return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+    seed_worker(3, 1, 0)
+    first = draws()
+    assert seeded_for() == (3, 1, 0)
+    seed_worker(3, 1, 0)
+    assert draws() == first
+    seed_worker(3, 1, 1)
+    other_worker = draws()
+    seed_worker(3, 2, 0)
+    other_epoch = draws()
+    assert all(a != b for a, b in zip(first, other_worker, strict=True))
+    assert all(a != b for a, b in zip(first, other_epoch, strict=True))
+
+
+def test_seed_worker_rejects_negative_arguments() -> None:
+    with pytest.raises(ConfigError, match="'epoch' must be a non-negative int"):
+        seed_worker(0, -1, 0)
+
+
+def test_worker_init_limits_then_seeds_then_calls_user_fn(
+        restore_threads: None, restore_rngs: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(limits, "limit_threads", lambda n: order.append(f"limit {n}"))
+    monkeypatch.setattr(limits, "seed_worker", lambda s, e, w: order.append(f"seed {s} {e} {w}"))
+    init = WorkerInit(seed=5, threads_per_worker=2, user_fn=lambda w: order.append(f"user {w}"), epoch=3)
+    init(1)
+    assert order == ["limit 2", "seed 5 3 1", "user 1"]

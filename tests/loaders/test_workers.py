@@ -1,0 +1,210 @@
+"""workers: thread pool order, bounds, failures, liveness, shutdown; process glue."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import threading
+from typing import Any
+
+import pytest
+import torch
+import torch.utils.data
+
+from loaders.collate import BatchOutcome, CollateGuard, Fetched, default_collate
+from loaders.errors import SampleError, WorkerError
+from loaders.limits import WorkerInit
+from loaders.workers import GuardedDataset, IndexBatch, ProcessWorkers, ThreadWorkers
+
+
+def jobs(count: int, size: int = 2) -> list[tuple[int, list[int]]]:
+    return [(b, list(range(b * size, (b + 1) * size))) for b in range(count)]
+
+
+def echo(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+    return BatchOutcome(position, (worker_id, list(indices)), indices, len(indices), [], None, None, worker_id)
+
+
+def pool_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("loaders-worker-")]
+
+
+def test_batches_come_back_in_order_built_by_worker_b_mod_n() -> None:
+    with ThreadWorkers(echo, num_workers=3, max_in_flight=6) as pool:
+        outcomes = list(pool.run(jobs(10)))
+    assert [o.position for o in outcomes] == list(range(10))
+    assert all(o.batch[0] == o.position % 3 for o in outcomes)
+    assert [o.batch[1] for o in outcomes] == [indices for _, indices in jobs(10)]
+
+
+def test_out_of_order_delivery_yields_every_batch_once() -> None:
+    release = threading.Event()
+
+    def slow_first(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+        if position == 0:
+            release.wait(10)
+        return echo(worker_id, position, indices)
+
+    with ThreadWorkers(slow_first, num_workers=2, max_in_flight=4, in_order=False) as pool:
+        run = pool.run(jobs(6))
+        first = next(run)
+        release.set()
+        rest = list(run)
+    assert first.position != 0  # batch 0 was held back, others went ahead
+    assert sorted(o.position for o in [first, *rest]) == list(range(6))
+
+
+def test_at_most_max_in_flight_batches_are_requested_ahead() -> None:
+    started: list[int] = []
+
+    def record(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+        started.append(position)
+        return echo(worker_id, position, indices)
+
+    with ThreadWorkers(record, num_workers=2, max_in_flight=3) as pool:
+        run = pool.run(jobs(20))
+        next(run)
+        assert len(started) <= 3
+        next(run)
+        assert len(started) <= 4
+        run.close()
+
+
+def test_exception_in_work_becomes_the_outcome_failure() -> None:
+    def broken(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+        raise KeyError("bug")
+
+    with ThreadWorkers(broken, num_workers=2, max_in_flight=2) as pool:
+        outcome = next(pool.run(jobs(2)))
+    assert isinstance(outcome.failure, KeyError) and outcome.worker_id == 0
+
+
+def test_init_runs_once_per_thread_and_its_failure_reaches_the_consumer() -> None:
+    seen: list[int] = []
+    with ThreadWorkers(echo, num_workers=2, max_in_flight=2, init=seen.append) as pool:
+        list(pool.run(jobs(4)))
+        list(pool.run(jobs(4)))
+    assert sorted(seen) == [0, 1]
+
+    def failing_init(worker_id: int) -> None:
+        raise RuntimeError(f"init {worker_id} failed")
+
+    with ThreadWorkers(echo, num_workers=1, max_in_flight=1, init=failing_init) as pool:
+        outcome = next(pool.run(jobs(1)))
+    assert isinstance(outcome.failure, RuntimeError) and "init 0 failed" in str(outcome.failure)
+
+
+def test_timeout_names_worker_batch_and_indices() -> None:
+    release = threading.Event()
+
+    def hang(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+        if position == 1:
+            release.wait(30)
+        return echo(worker_id, position, indices)
+
+    pool = ThreadWorkers(hang, num_workers=2, max_in_flight=2, timeout_s=0.3)
+    run = pool.run(jobs(3))
+    assert next(run).position == 0
+    with pytest.raises(WorkerError, match=r"thread worker 1 produced nothing for 0\.3 s while reading batch 1 "
+                                          r"\(indices \[2, 3\]\)"):
+        next(run)
+    release.set()
+    pool.close()
+    assert not pool_threads()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_thread_is_detected() -> None:
+    def exit_thread(worker_id: int, position: int, indices: list[int]) -> BatchOutcome:
+        raise SystemExit  # not an Exception: ends the thread without an outcome
+
+    with ThreadWorkers(exit_thread, num_workers=1, max_in_flight=1) as pool, \
+            pytest.raises(WorkerError, match=r"thread worker 0 died .* batch 0"):
+        list(pool.run(jobs(2)))
+
+
+def test_abandoned_run_is_ignored_by_the_next_and_close_joins_threads() -> None:
+    pool = ThreadWorkers(echo, num_workers=2, max_in_flight=4)
+    run = pool.run(jobs(10))
+    next(run)
+    run.close()
+    assert [o.position for o in pool.run(jobs(3))] == [0, 1, 2]
+    assert len(pool_threads()) == 2
+    pool.close()
+    assert not pool_threads()
+    assert [o.position for o in pool.run(jobs(2))] == [0, 1]  # restarts on demand
+    pool.close()
+
+
+def test_garbage_collected_pool_stops_its_threads() -> None:
+    pool = ThreadWorkers(echo, num_workers=2, max_in_flight=2)
+    list(pool.run(jobs(2)))
+    threads = pool_threads()
+    del pool
+    gc.collect()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+
+
+# ---------------------------------------------------------------- process glue
+
+
+class Numbers(torch.utils.data.Dataset):
+    def __init__(self, size: int, bad: frozenset[int] = frozenset()) -> None:
+        self.size, self.bad, self.tag = size, bad, "main"
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        if index in self.bad:
+            raise SampleError(f"bad {index}", shard="x.tar", key=f"k{index}", offset=index)
+        return index
+
+
+def test_guarded_dataset_forwards_attributes_and_pickles() -> None:
+    inner = Numbers(5)
+    guarded = GuardedDataset(inner, skip_errors=False, seed=1)
+    guarded.tag = "worker"
+    assert inner.tag == "worker" and guarded.size == 5 and len(guarded) == 5 and guarded[3] == 3
+    copy = pickle.loads(pickle.dumps(guarded))
+    assert copy.tag == "worker" and copy.seed == 1 and copy.dataset.size == 5
+
+
+def test_guarded_dataset_returns_fetched_with_portable_failure() -> None:
+    guarded = GuardedDataset(Numbers(5, frozenset({2})), skip_errors=False, seed=0)
+    fetched = guarded.__getitems__(IndexBatch([1, 2], epoch=0, position=7))
+    assert isinstance(fetched, Fetched) and fetched.position == 7 and fetched.failed_index == 2
+    assert isinstance(fetched.failure, SampleError) and fetched.failure.__notes__
+
+
+def process_workers(dataset: Any, **stock: Any) -> ProcessWorkers:
+    options = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2, **stock}
+    return ProcessWorkers(dataset, collate=CollateGuard(default_collate, True), stock=options,
+                          init=WorkerInit(seed=0), skip_errors=False)
+
+
+def test_process_workers_serve_several_epochs_in_order() -> None:
+    workers = process_workers(Numbers(8))
+    for epoch in range(2):
+        outcomes = list(workers.run(jobs(4), epoch))
+        assert [o.position for o in outcomes] == [0, 1, 2, 3]
+        assert [o.batch.tolist() for o in outcomes] == [indices for _, indices in jobs(4)]
+        assert {o.worker_id for o in outcomes} == {0, 1}
+    workers.close()
+    with pytest.raises(WorkerError, match="closed"):
+        next(workers.run(jobs(1), 2))
+
+
+class Failing(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        yield 1
+        raise ValueError("stream broke")
+
+
+def test_process_worker_exception_is_wrapped_with_worker_id() -> None:
+    workers = process_workers(Failing(), num_workers=1, batch_size=2, persistent_workers=False)
+    with pytest.raises(WorkerError, match=r"process worker 0 failed while reading a batch: ValueError") as info:
+        list(workers.run(None, 0))
+    assert isinstance(info.value.__cause__, ValueError)
