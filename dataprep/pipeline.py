@@ -36,7 +36,7 @@ from dataprep.errors import RejectBudgetError, UsageError
 from dataprep.fsutil import commit_tmp
 from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, REJECTS_NAME, Manifest, ShardInfo, Totals, write_manifest
 from dataprep.parallel import ordered_map
-from dataprep.plan import Item, Plan, make_plan
+from dataprep.plan import Item, Plan, PlannedItems, make_plan
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 from dataprep.report import Progress, Summary
 from dataprep.sources import Layout, detect_layout
@@ -96,7 +96,7 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
         m = state.finished
         return Summary(os.fspath(out), m.layout, m.format, m.totals, len(m.shards), sum(s.bytes for s in m.shards),
                        0.0, 0.0, 0.0, already_complete=True)
-    plan = make_plan(config, layout)
+    plan = make_plan(config, layout, state_dir(out))
     checkpoint = state.resume or Checkpoint(fingerprint)
     if state.resume is None:
         save_checkpoint(out, checkpoint)
@@ -143,8 +143,8 @@ class _Run:
         done = self.checkpoint.records_done
         # Media inputs already accounted for are skipped outright; table and text inputs are
         # cleaned again (cheap) because duplicate detection needs what they contained.
-        replay = not isinstance(self.plan.items, list)
-        items = self.plan.items if replay else self.plan.items[done:]
+        replay = not isinstance(self.plan.items, PlannedItems)
+        items = self.plan.items if replay else self.plan.items.iter_from(done)
         position = 0 if replay else done
         rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME
         with self._writer() as writer, open(rejects_path, "ab") as rejects:

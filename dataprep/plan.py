@@ -6,6 +6,10 @@ rejected, and the list is permuted by ``seed`` so that classes mix inside every 
 Duplicate search is cheap: only files of equal size are read, and only the first
 64 KiB of them unless those collide too.
 
+The planned media inputs are spilled to ``OUT/.dataprep/plan.bin`` (one pickled item
+each) and addressed through numpy arrays, so the main process holds about 24 bytes per
+input (offset, size, order) instead of ~500 bytes of Python objects.
+
 Tables and text stream in file order (bounded memory); their duplicates are found
 while writing, in that order.
 """
@@ -15,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pickle
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -47,17 +53,49 @@ _SCHEMA_SAMPLE_ROWS = 1000
 class Plan:
     """The inputs of a run in their deterministic order.
 
-    items: a list (media) or a re-iterable stream factory (tables, text).
+    items: ``PlannedItems`` (media) or a re-iterable ``StreamFactory`` (tables, text).
     total: number of inputs when known up front, else None.
     label_map: class name -> index for the image-folder layout, else None.
     table_schema: column -> type name for tables, else None.
     """
 
     layout: Layout
-    items: list[Item] | StreamFactory
+    items: PlannedItems | StreamFactory
     total: int | None
     label_map: dict[str, int] | None = None
     table_schema: dict[str, str] | None = None
+
+
+class PlannedItems:
+    """Media inputs spilled to a file, read back in plan order.
+
+    offsets: int64 [N + 1] byte ranges of the pickled items in sorted key order;
+    order: int64 [N] the permutation to write them in; replaced: index -> Reject for
+    duplicates found after spilling (few).
+    """
+
+    def __init__(self, path: Path, offsets: np.ndarray, order: np.ndarray, replaced: dict[int, Reject]) -> None:
+        self.path, self.offsets, self.order, self.replaced = path, offsets, order, replaced
+
+    def __len__(self) -> int:
+        return int(self.order.shape[0])
+
+    def load(self, i: int, fd: int) -> Item:
+        """The item with sorted index ``i``."""
+        if i in self.replaced:
+            return self.replaced[i]
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        item: Item = pickle.loads(os.pread(fd, end - start, start))
+        return item
+
+    def iter_from(self, position: int) -> Iterator[Item]:
+        """Items in plan order, skipping the first ``position``."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for i in self.order[position:].tolist():
+                yield self.load(i, fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -96,23 +134,49 @@ def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
         yield from walk_files(raw, follow_symlinks=config.follow_symlinks)
 
 
-def make_plan(config: ShardConfig, layout: Layout) -> Plan:
+def make_plan(config: ShardConfig, layout: Layout, spill_dir: Path) -> Plan:
     if layout in (Layout.TABLE, Layout.TEXT):
         stream = StreamFactory(config, layout)
         schema = None
         if layout is Layout.TABLE:
             schema = config.table.schema or infer_schema(_schema_sample(stream))
         return Plan(layout, stream, None, table_schema=schema)
-    items: list[Item] = list(media_records(Path(config.raw), layout, follow_symlinks=config.follow_symlinks))
-    label_map = None
-    if layout is Layout.IMAGE_FOLDER:
-        label_map = {name: i for i, name in enumerate(sorted({r.label for r in items if isinstance(r, RawRecord) and r.label}))}
-        items = [_check_label(r) for r in items]
-    items = mark_duplicates(items)
+    path = spill_dir / "plan.bin"
+    offsets, sizes, labels = _spill(media_records(Path(config.raw), layout, follow_symlinks=config.follow_symlinks),
+                                    path, check_label=layout is Layout.IMAGE_FOLDER)
+    label_map = {name: i for i, name in enumerate(sorted(labels))} if layout is Layout.IMAGE_FOLDER else None
+    items = PlannedItems(path, offsets, np.arange(len(sizes), dtype=np.int64), {})
+    items.replaced.update(find_duplicates(items, sizes))
     if config.shuffle:
-        order = np.random.default_rng(config.seed).permutation(len(items))
-        items = [items[i] for i in order]
+        items.order = np.random.default_rng(config.seed).permutation(len(sizes)).astype(np.int64)
     return Plan(layout, items, len(items), label_map=label_map)
+
+
+def _spill(records: Iterable[Item], path: Path, *, check_label: bool) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """Pickle items to ``path``; returns offsets int64 [N+1], image sizes int64 [N] (-1: none), labels."""
+    offsets, sizes = array("q", [0]), array("q")
+    labels: set[str] = set()
+    with open(path, "wb") as f:
+        for item in records:
+            if check_label and isinstance(item, RawRecord):
+                if item.label is None:
+                    item = Reject(item.source, RejectReason.BAD_LABEL, "file is not inside a class folder (RAW/<class>/<file>)")
+                else:
+                    labels.add(item.label)
+            sizes.append(_image_size(item))
+            f.write(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+            offsets.append(f.tell())
+    return np.frombuffer(offsets, dtype=np.int64), np.frombuffer(sizes, dtype=np.int64), labels
+
+
+def _image_size(item: Item) -> int:
+    path = primary_image(item) if isinstance(item, RawRecord) else None
+    if path is None:
+        return -1
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1  # cleaning reports it as unreadable
 
 
 def _schema_sample(stream: StreamFactory) -> Iterator[dict[str, object]]:
@@ -125,46 +189,39 @@ def _schema_sample(stream: StreamFactory) -> Iterator[dict[str, object]]:
                 return
 
 
-def _check_label(item: Item) -> Item:
-    if isinstance(item, RawRecord) and item.label is None:
-        return Reject(item.source, RejectReason.BAD_LABEL, "file is not inside a class folder (RAW/<class>/<file>)")
-    return item
-
-
 def primary_image(record: RawRecord) -> str | None:
     """Path of the record's image file (the first image field in sorted order), if any."""
     fields = sorted(f for f in record.files if f in IMAGE_EXTENSIONS)
     return record.files[fields[0]] if fields else None
 
 
-def mark_duplicates(items: list[Item]) -> list[Item]:
-    """Replace every record whose image bytes equal an earlier record's by a DUPLICATE reject."""
-    paths: dict[int, str] = {}
-    by_size: dict[int, list[int]] = defaultdict(list)
-    for i, item in enumerate(items):
-        path = primary_image(item) if isinstance(item, RawRecord) else None
-        if path is None:
-            continue
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue  # cleaning reports it as unreadable
-        if size > 0:
-            paths[i] = path
-            by_size[size].append(i)
-    out = list(items)
-    for group in by_size.values():
-        if len(group) > 1:
-            for first, dup in _equal_content(paths, group):
-                out[dup] = Reject(items[dup].source, RejectReason.DUPLICATE, f"same bytes as {items[first].source}")
-    return out
+def find_duplicates(items: PlannedItems, sizes: np.ndarray) -> dict[int, Reject]:
+    """Sorted index -> DUPLICATE reject for every input whose image bytes equal an earlier one's."""
+    by_size = np.argsort(sizes, kind="stable")  # stable: sorted key order within a size
+    ordered = sizes[by_size]
+    starts = np.flatnonzero(np.diff(ordered, prepend=-2) != 0)
+    bounds = np.append(starts, len(ordered))
+    duplicates: dict[int, Reject] = {}
+    fd = os.open(items.path, os.O_RDONLY)
+    try:
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if hi - lo < 2 or ordered[lo] <= 0:
+                continue
+            group = by_size[lo:hi].tolist()
+            records = {i: items.load(i, fd) for i in group}
+            paths = {i: primary_image(r) for i, r in records.items() if isinstance(r, RawRecord)}
+            for first, dup in _equal_content({i: p for i, p in paths.items() if p}, group):
+                duplicates[dup] = Reject(records[dup].source, RejectReason.DUPLICATE, f"same bytes as {records[first].source}")
+    finally:
+        os.close(fd)
+    return duplicates
 
 
 def _equal_content(paths: dict[int, str], group: list[int]) -> Iterator[tuple[int, int]]:
     """(first, duplicate) index pairs among files of equal size, compared head first."""
     heads: dict[bytes, list[int]] = defaultdict(list)
     for i in group:
-        if (head := _digest(paths[i], _HEAD_BYTES)) is not None:
+        if i in paths and (head := _digest(paths[i], _HEAD_BYTES)) is not None:
             heads[head].append(i)
     for candidates in heads.values():
         if len(candidates) < 2:
