@@ -111,7 +111,18 @@ def _launch(tmp_path: Path, paths: dict[str, str]) -> list[dict[str, Any]]:
     """Run WORLD_SIZE ranks; their results, or a failure naming the rank that hung or failed."""
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps({"paths": paths}))
-    port = _free_port()
+    for attempt in range(3):
+        outputs = _run_ranks(tmp_path, spec_file, _free_port())
+        # Another process may take the free port before rank 0 binds it: try another one.
+        if not any("address already in use" in out.lower() for _, out in outputs) or attempt == 2:
+            break
+    for rank, (returncode, out) in enumerate(outputs):
+        assert returncode == 0, f"rank {rank} exited with {returncode}:\n{out[-4000:]}"
+    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)]
+
+
+def _run_ranks(tmp_path: Path, spec_file: Path, port: int) -> list[tuple[int, str]]:
+    """(exit status, output) of each rank; fails the test when one outlives DEADLINE_S."""
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(name, None)  # the process group, not a launcher's variables, must set the topology
@@ -127,14 +138,13 @@ def _launch(tmp_path: Path, paths: dict[str, str]) -> list[dict[str, Any]]:
             except subprocess.TimeoutExpired:
                 pytest.fail(f"rank {rank} still running after {DEADLINE_S:.0f} s: a collective hung "
                             "(unequal batch counts?)")
-            outputs.append(out)
-            assert proc.returncode == 0, f"rank {rank} exited with {proc.returncode}:\n{out[-4000:]}"
+            outputs.append((proc.returncode, out))
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)]
+    return outputs
 
 
 @pytest.fixture(scope="module")
