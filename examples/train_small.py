@@ -30,7 +30,6 @@ from torch import nn
 
 from loaders import CenterCropDecode, DataLoader, RandomResizedCropDecode, ShardDataset, default_num_workers
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip
-from loaders.dataloader import KEY_BATCHES_CONSUMED
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, in 0..1 units
 FIELDS = ("jpg", "cls")
@@ -133,8 +132,7 @@ class Trainer:
     def train_epoch(self) -> None:
         """Train on the (rest of the) current epoch, or until --steps; prints its metrics."""
         epoch, loader = self.loader.epoch, self.loader
-        first = loader.state_dict()[KEY_BATCHES_CONSUMED]  # > 0 after a mid-epoch resume
-        loader.device_transform.set_epoch(epoch, start_index=first)  # same augmentation as an unbroken run
+        first = loader.batches_consumed  # > 0 after a mid-epoch resume
         self.model.train()
         batches = samples = correct = 0
         loss_sum = wait_s = 0.0
@@ -195,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         trainer.load(args.checkpoint)
         print(f"resumed from {args.checkpoint}: epoch {trainer.loader.epoch}, batch "
-              f"{trainer.loader.state_dict()[KEY_BATCHES_CONSUMED]}, step {trainer.step}", flush=True)
+              f"{trainer.loader.batches_consumed}, step {trainer.step}", flush=True)
     loader = trainer.loader
     print(f"{len(loader.dataset)} samples, {len(loader)} batches of {args.batch_size}, {loader.num_workers} "
           f"{loader.worker_type} workers, device {args.device} ({trainer.amp_dtype})", flush=True)
@@ -206,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.evaluate()
     if trainer.is_stopped():
         print(f"stopped at step {trainer.step}: epoch {loader.epoch}, batch "
-              f"{loader.state_dict()[KEY_BATCHES_CONSUMED]} of {len(loader)}", flush=True)
+              f"{loader.batches_consumed} of {len(loader)}", flush=True)
     if args.checkpoint is not None:
         trainer.save(args.checkpoint)
         print(f"checkpoint saved to {args.checkpoint} (step {trainer.step})", flush=True)

@@ -19,19 +19,17 @@ up front, the ones already consumed (after a resume) are left out, and the rest 
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler, default_convert
+from torch.utils.data import BatchSampler, IterableDataset, default_convert
 
 from loaders.collate import (
     BatchBuilder,
@@ -45,6 +43,21 @@ from loaders.collate import (
 )
 from loaders.errors import ConfigError, SkipBudgetError
 from loaders.limits import WorkerInit
+from loaders.loader_options import LoaderOptions, OnError, WorkerType, draw_seed
+from loaders.loader_state import (
+    KEY_BATCHES_AHEAD,
+    KEY_BATCHES_CONSUMED,
+    KEY_SAMPLER,
+    KEY_SEED,
+    Delivery,
+    Progress,
+    build_state,
+    check_replayable,
+    check_state,
+    has_state,
+    length_or_none,
+    start_transform_epoch,
+)
 from loaders.prefetch import DevicePrefetcher
 from loaders.sampler import ShardSampler
 from loaders.topology import Topology, default_num_workers
@@ -56,145 +69,12 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-STATE_VERSION = 1
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
-KEY_BATCHES_CONSUMED = "batches_consumed"
-KEY_BATCHES_AHEAD = "batches_ahead"  # received out of order (in_order=False) past the prefix
-KEY_SAMPLES_SEEN = "samples_seen"
-KEY_SKIPPED = "skipped"
-KEY_SEED = "seed"
-KEY_BATCH_SIZE = "batch_size"
-KEY_DATASET_LEN = "dataset_len"
-KEY_SAMPLER = "sampler"
-_STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_BATCHES_CONSUMED, KEY_SAMPLES_SEEN, KEY_SKIPPED, KEY_SEED,
-               KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_SAMPLER)
-
 # Stock arguments handed on to torch's loader when workers are processes.
 _PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
                  "persistent_workers", "pin_memory_device", "in_order", "batch_size", "drop_last")
 
 # Set once at construction, like the stock loader (its __setattr__ raises ValueError).
 _FROZEN_ATTRS = frozenset({"batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"})
-
-
-class WorkerType(enum.StrEnum):
-    """Who builds batches: ``auto`` picks threads for datasets with ``releases_gil = True``."""
-
-    AUTO = "auto"
-    THREAD = "thread"
-    PROCESS = "process"
-
-
-class OnError(enum.StrEnum):
-    """What a failing sample does: end the epoch with WorkerError, or be dropped (within a budget)."""
-
-    RAISE = "raise"
-    SKIP = "skip"
-
-
-def _choice(name: str, value: object, kind: type[enum.StrEnum]) -> Any:
-    try:
-        return kind(value)
-    except ValueError as err:
-        choices = ", ".join(repr(m.value) for m in kind)
-        raise ConfigError(f"{name!r} must be one of {choices} (got {value!r} that is a {type(value).__name__})") from err
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """The DataLoader's own keyword options (beyond torch's), validated once.
-
-    max_skips: with on_error="skip", samples that may be skipped per epoch: an int count,
-    a float fraction 0 < f < 1 of the epoch's samples, or ``math.inf``.
-    """
-
-    worker_type: WorkerType = WorkerType.AUTO
-    threads_per_worker: int = 1
-    seed: int | None = None
-    on_error: OnError = OnError.RAISE
-    max_skips: int | float = 0
-    device: torch.device | None = None
-    device_transform: Callable[[Any], Any] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "worker_type", _choice("worker_type", self.worker_type, WorkerType))
-        object.__setattr__(self, "on_error", _choice("on_error", self.on_error, OnError))
-        for name, value, minimum in (("threads_per_worker", self.threads_per_worker, 1), ("seed", self.seed, 0)):
-            if (value is not None or name != "seed") and (
-                    isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-                kind = "a positive int" if minimum else "a non-negative int or None"
-                raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
-        skips = self.max_skips
-        valid_count = isinstance(skips, int) and not isinstance(skips, bool) and skips >= 0
-        if not (valid_count or (isinstance(skips, float) and (0 < skips < 1 or skips == math.inf))):
-            raise ConfigError(f"'max_skips' must be a non-negative int, a fraction 0 < f < 1 or math.inf "
-                              f"(got {skips!r} that is a {type(skips).__name__})")
-        if self.device is not None:
-            try:
-                object.__setattr__(self, "device", torch.device(self.device))
-            except (RuntimeError, TypeError) as err:
-                raise ConfigError(f"'device' must be a torch.device, its name or None (got {self.device!r})") from err
-            if self.device.type == "cuda" and not torch.cuda.is_available():
-                raise ConfigError(f"'device' is {str(self.device)!r} but CUDA is not available; use device='cpu'")
-        if self.device_transform is not None and (self.device is None or not callable(self.device_transform)):
-            raise ConfigError(f"'device_transform' must be callable and needs 'device' (got {self.device_transform!r}"
-                              f" with device={self.device!r})")
-
-    def allowed_skips(self, epoch_samples: int) -> float:
-        """How many skips an epoch of ``epoch_samples`` samples may have."""
-        if isinstance(self.max_skips, float) and self.max_skips < 1:
-            return math.floor(self.max_skips * epoch_samples)
-        return self.max_skips
-
-
-@dataclass
-class _Progress:
-    """Where the consumer is in the epochs; what ``state_dict`` saves."""
-
-    epoch: int = 0
-    consumed: int = 0  # batch positions 0..consumed-1 all received this epoch
-    ahead: set[int] = field(default_factory=set)  # received past the prefix (in_order=False)
-    samples_seen: int = 0  # samples received in batches, all epochs
-    skipped: int = 0  # samples skipped this epoch
-    in_epoch: bool = False  # an iteration of `epoch` started and has not finished
-    resume_pending: bool = False  # loaded from a state: the next iteration continues `epoch`
-    total_batches: int | None = None  # batches in this epoch; None while unknown (iterable datasets)
-    epoch_samples: int = 0  # samples in this epoch, for a fractional skip budget
-    sizes: dict[int, int] = field(default_factory=dict)  # position -> samples requested, for advance()
-
-    def receive(self, position: int) -> list[int]:
-        """Record batch ``position`` as received; returns the positions that joined the prefix."""
-        if position < 0:  # iterable dataset: batches arrive in order, unnumbered
-            self.consumed += 1
-            return []
-        self.ahead.add(position)
-        joined = []
-        while self.consumed in self.ahead:
-            self.ahead.remove(self.consumed)
-            joined.append(self.consumed)
-            self.consumed += 1
-        return joined
-
-    def next_epoch(self, epoch: int | None = None) -> None:
-        self.epoch = self.epoch + 1 if epoch is None else epoch
-        self.consumed, self.ahead, self.skipped, self.sizes = 0, set(), 0, {}
-        self.in_epoch = self.resume_pending = False
-        self.total_batches = None
-
-
-@dataclass
-class _Delivery:
-    """What one batch handed to the consumer accounts for (with fully skipped batches before it)."""
-
-    positions: list[int] = field(default_factory=list)
-    num_samples: int = 0
-    skips: list[Skip] = field(default_factory=list)
-
-    def add(self, outcome: BatchOutcome) -> None:
-        self.positions.append(outcome.position)
-        self.num_samples += outcome.num_samples
-        self.skips.extend(outcome.skips)
 
 
 class _IntShardSampler(ShardSampler):
@@ -224,7 +104,10 @@ class DataLoader(Generic[T]):
         failing sample; "skip" drops failing samples (map-style datasets), counted per
         epoch and kept in ``state_dict``, SkipBudgetError past ``max_skips``.
     device, device_transform: yield batches on ``device`` through
-        ``loaders.prefetch.DevicePrefetcher`` (``device_transform`` runs there).
+        ``loaders.prefetch.DevicePrefetcher`` (``device_transform`` runs there). At each
+        epoch's start a transform with ``set_epoch`` (e.g. ``loaders.augment.Augment``) gets
+        ``set_epoch(epoch, start_index=batches already consumed)``, so its per-batch
+        randomness follows (seed, epoch, batch position), across resumes too.
 
     Worker processes: torch's own, with ``loaders.limits.WorkerInit`` (thread limits, then
     random/numpy/torch seeded from (seed, epoch, worker_id), then the user's
@@ -285,7 +168,7 @@ class DataLoader(Generic[T]):
         self._own_sampler = sampler is None and batch_sampler is None and not self._iterable
         if self._own_sampler:
             self._install_default_sampler()
-        self._progress = _Progress()
+        self._progress = Progress()
         self._active: weakref.ref[Generator[Any, None, None]] | None = None
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessWorkers | None = None
@@ -306,27 +189,14 @@ class DataLoader(Generic[T]):
 
     def _adopt_options(self, options: LoaderOptions, generator: torch.Generator | None) -> None:
         self.options = options
-        self.worker_type = self._resolve_worker_type(options.worker_type)
+        self.worker_type = options.resolve_worker_type(
+            iterable=self._iterable, releases_gil=bool(getattr(self.dataset, "releases_gil", False)),
+            has_mp_context=self.multiprocessing_context is not None)
         self.threads_per_worker = options.threads_per_worker
         self.on_error, self.max_skips = options.on_error, options.max_skips
         self.device, self.device_transform = options.device, options.device_transform
         self._seed_given = options.seed is not None or generator is not None
-        self.seed = options.seed if options.seed is not None else _draw_seed(generator)
-
-    def _resolve_worker_type(self, requested: WorkerType) -> WorkerType:
-        if self.options.on_error is OnError.SKIP and self._iterable:
-            raise ConfigError("on_error='skip' needs a map-style dataset: an iterable dataset's iterator cannot "
-                              "go on after it raised")
-        if requested is WorkerType.AUTO:
-            if self._iterable or self.multiprocessing_context is not None:
-                return WorkerType.PROCESS
-            return WorkerType.THREAD if getattr(self.dataset, "releases_gil", False) else WorkerType.PROCESS
-        if requested is WorkerType.THREAD and self._iterable:
-            raise ConfigError("worker_type='thread' needs a map-style dataset: an IterableDataset shards itself "
-                              "with get_worker_info() in worker processes; use worker_type='process' or 'auto'")
-        if requested is WorkerType.THREAD and self.multiprocessing_context is not None:
-            raise ConfigError("'multiprocessing_context' applies to worker processes, not worker_type='thread'")
-        return requested
+        self.seed = options.seed if options.seed is not None else draw_seed(generator)
 
     def _install_default_sampler(self) -> None:
         """The dataset's ``default_sampler`` if it has one, else ours when shuffling."""
@@ -361,6 +231,11 @@ class DataLoader(Generic[T]):
     def epoch(self) -> int:
         """The epoch the next (or current) iteration reads."""
         return self._progress.epoch
+
+    @property
+    def batches_consumed(self) -> int:
+        """Batches of the current epoch handed to the training loop so far (0 at an epoch start)."""
+        return self._progress.consumed
 
     @property
     def skipped(self) -> int:
@@ -400,10 +275,12 @@ class DataLoader(Generic[T]):
 
     def _iterate(self) -> Generator[T, None, None]:
         outcomes = self._run_epoch()
-        deliveries: deque[_Delivery] = deque()
+        deliveries: deque[Delivery] = deque()
         batches = self._unwrap(outcomes, deliveries)
         source: Iterable[Any] = batches
         if self.device is not None:
+            # The prefetcher runs the transform ahead of the consumer: number its batches from the consumed prefix.
+            start_transform_epoch(self.device_transform, self._progress.epoch, self._progress.consumed)
             source = DevicePrefetcher(batches, self.device, transform=self.device_transform)
         failed = False
         try:
@@ -439,31 +316,17 @@ class DataLoader(Generic[T]):
 
     def _epoch_jobs(self) -> list[tuple[int, list[Any]]]:
         """(position, indices) of the batches of this epoch not yet received, in order."""
-        progress = self._progress
         if self.batch_sampler is not None:
             listed = [list(batch) for batch in self.batch_sampler]
         else:
             listed = [[index] for index in self.sampler]
-        # A sampler restored from its own state lists only the batches after the prefix.
-        base = progress.consumed if self._sampler_restored else 0
-        self._sampler_restored = False
-        progress.total_batches = base + len(listed)
-        try:
-            progress.epoch_samples = len(self.sampler)
-        except TypeError:
-            progress.epoch_samples = sum(len(b) for b in listed)
-        remaining = [(base + i, batch) for i, batch in enumerate(listed) if base + i >= progress.consumed]
-        # Sizes of every remaining position, those received ahead included: advance() needs them all.
-        progress.sizes = {position: len(batch) for position, batch in remaining}
-        jobs = [(position, batch) for position, batch in remaining if position not in progress.ahead]
-        if progress.consumed >= progress.total_batches:
-            progress.next_epoch()  # resumed exactly at the end: nothing left of this epoch
-        return jobs
+        restored, self._sampler_restored = self._sampler_restored, False
+        return self._progress.plan(listed, epoch_samples=length_or_none(self.sampler), after_prefix=restored)
 
-    def _unwrap(self, outcomes: Iterator[BatchOutcome], deliveries: deque[_Delivery]) -> Generator[Any, None, None]:
+    def _unwrap(self, outcomes: Iterator[BatchOutcome], deliveries: deque[Delivery]) -> Generator[Any, None, None]:
         """Outcomes -> batches; failures raise WorkerError, fully skipped batches ride with the next."""
         kind = "main-thread" if self.num_workers == 0 else str(self.worker_type.value)
-        pending = _Delivery()
+        pending = Delivery()
         for outcome in outcomes:
             if outcome.failure is not None:
                 raise_failure(outcome, kind)
@@ -471,20 +334,15 @@ class DataLoader(Generic[T]):
             if outcome.batch is None:
                 continue
             deliveries.append(pending)
-            pending = _Delivery()
+            pending = Delivery()
             yield outcome.batch
         if pending.positions:
             deliveries.append(pending)
 
-    def _account(self, delivery: _Delivery) -> None:
+    def _account(self, delivery: Delivery) -> None:
         """The consumer received a batch: move the position, count samples and skips."""
         progress = self._progress
-        advance = getattr(self._state_part(), "advance", None)
-        for position in delivery.positions:
-            for joined in progress.receive(position):
-                if callable(advance):
-                    advance(progress.sizes.pop(joined, 0))
-        progress.samples_seen += delivery.num_samples
+        progress.receive_delivery(delivery, getattr(self._state_part(), "advance", None))
         if delivery.skips:
             self._count_skips(delivery.skips)
         if progress.total_batches is not None and progress.consumed >= progress.total_batches:
@@ -567,21 +425,11 @@ class DataLoader(Generic[T]):
     # ------------------------------------------------------------ resume state
 
     def state_dict(self) -> dict[str, Any]:
-        """The resume state: small, plain values (see the KEY_* constants)."""
-        progress = self._progress
+        """The resume state: small, plain values (see the KEY_* constants of ``loaders.loader_state``)."""
         part = self._state_part()
-        return {
-            KEY_VERSION: STATE_VERSION,
-            KEY_EPOCH: progress.epoch,
-            KEY_BATCHES_CONSUMED: progress.consumed,
-            KEY_BATCHES_AHEAD: sorted(progress.ahead),
-            KEY_SAMPLES_SEEN: progress.samples_seen,
-            KEY_SKIPPED: progress.skipped,
-            KEY_SEED: self.seed,
-            KEY_BATCH_SIZE: self.batch_size,
-            KEY_DATASET_LEN: _length(self.dataset),
-            KEY_SAMPLER: part.state_dict() if _has_state(part) else None,
-        }
+        return build_state(self._progress, seed=self.seed, batch_size=self.batch_size,
+                           dataset_len=length_or_none(self.dataset),
+                           sampler=part.state_dict() if has_state(part) else None)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next ``__iter__`` yields the batches the saved run had not yet received.
@@ -590,40 +438,20 @@ class DataLoader(Generic[T]):
         length, batch size, seed given explicitly), or when the order cannot be replayed
         (a random sampler without state, an iterable dataset mid-epoch).
         """
-        self._check_state(state)
-        consumed, ahead = int(state[KEY_BATCHES_CONSUMED]), set(state.get(KEY_BATCHES_AHEAD, ()))
-        if consumed or ahead:
-            self._check_replayable()
+        check_state(state, dataset_len=length_or_none(self.dataset), batch_size=self.batch_size,
+                    seed=self.seed if self._seed_given else None)
+        if int(state[KEY_BATCHES_CONSUMED]) or set(state.get(KEY_BATCHES_AHEAD, ())):
+            check_replayable(self._state_part(), iterable=self._iterable)
         self._close_active()
         if state[KEY_SEED] != self.seed:
             self._adopt_seed(int(state[KEY_SEED]))
         part = self._state_part()
         self._sampler_restored = False
-        if state[KEY_SAMPLER] is not None and _has_state(part):
+        if state[KEY_SAMPLER] is not None and has_state(part):
             part.load_state_dict(state[KEY_SAMPLER])
             # Only a sampler that is told what was consumed (advance) resumes by itself.
             self._sampler_restored = callable(getattr(part, "advance", None))
-        progress = self._progress
-        progress.next_epoch(int(state[KEY_EPOCH]))
-        progress.consumed, progress.ahead = consumed, ahead
-        progress.samples_seen, progress.skipped = int(state[KEY_SAMPLES_SEEN]), int(state[KEY_SKIPPED])
-        progress.resume_pending = True
-
-    def _check_state(self, state: Mapping[str, Any]) -> None:
-        if not isinstance(state, Mapping):
-            raise ConfigError(f"DataLoader state must be a mapping (got {type(state).__name__})")
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ConfigError(f"DataLoader state lacks {', '.join(map(repr, missing))} (got keys {sorted(state)})")
-        if state[KEY_VERSION] != STATE_VERSION:
-            raise ConfigError(f"DataLoader state version: expected {STATE_VERSION}, got {state[KEY_VERSION]!r}")
-        expected = {KEY_DATASET_LEN: _length(self.dataset), KEY_BATCH_SIZE: self.batch_size}
-        if self._seed_given:
-            expected[KEY_SEED] = self.seed
-        for key, value in expected.items():
-            if state[key] != value:
-                raise ConfigError(f"DataLoader state {key!r}: expected {value!r} (this loader), got {state[key]!r}; "
-                                  "resume with the same dataset, batch size and seed")
+        self._progress.restore(state)
 
     def _adopt_seed(self, seed: int) -> None:
         """No seed was given here: take the saved run's, and rebuild what depends on it."""
@@ -633,40 +461,9 @@ class DataLoader(Generic[T]):
         if self._own_sampler:
             self._install_default_sampler()
 
-    def _check_replayable(self) -> None:
-        if self._iterable:
-            raise ConfigError("cannot resume an IterableDataset mid-epoch: the loader does not know its order; "
-                              "resume at an epoch boundary or make the dataset resume itself")
-        part = self._state_part()
-        if not _is_deterministic(part):
-            raise ConfigError(f"cannot resume mid-epoch with {type(part).__name__}: its order is not reproducible; "
-                              "use shuffle=True (a seeded, resumable order), SequentialSampler, or a sampler "
-                              "with state_dict()/load_state_dict()")
-
     def _state_part(self) -> Any:
         """The sampler whose state is saved: a given batch_sampler with state, else the sampler."""
         if self.batch_sampler is not None and not isinstance(self.batch_sampler, BatchSampler):
             return self.batch_sampler
         return self.sampler
 
-
-def _has_state(part: Any) -> bool:
-    return callable(getattr(part, "state_dict", None)) and callable(getattr(part, "load_state_dict", None))
-
-
-def _is_deterministic(part: Any) -> bool:
-    if _has_state(part) or isinstance(part, (SequentialSampler, range, list, tuple)):
-        return True
-    return isinstance(part, BatchSampler) and _is_deterministic(part.sampler)
-
-
-def _length(dataset: Any) -> int | None:
-    try:
-        return len(dataset)
-    except TypeError:
-        return None
-
-
-def _draw_seed(generator: torch.Generator | None) -> int:
-    """A non-negative 63-bit seed from ``generator`` (torch's default one when None), as torch draws its base seed."""
-    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())

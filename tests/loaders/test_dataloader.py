@@ -18,6 +18,7 @@ import torch.utils.data
 from torch.utils.data import RandomSampler
 
 import loaders.dataloader as dataloader_mod
+from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.dataloader import DataLoader, OnError, WorkerType
 from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError
 from loaders.sampler import SampleIndex, ShardSampler
@@ -172,6 +173,21 @@ def test_device_cpu_goes_through_the_prefetcher_with_transform() -> None:
     assert [b["y"].tolist() for b in batches] == labels(DataLoader(Numbers(), batch_size=4, num_workers=0))
     assert batches[1]["x"].dtype == torch.float32 and float(batches[1]["x"][0, 0, 0, 0]) == 8.0
     assert loader.state_dict()["epoch"] == 1
+
+
+def test_device_cpu_hands_over_the_collated_tensors_without_a_copy() -> None:
+    collated: list[dict[str, torch.Tensor]] = []
+
+    def collate(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = {"x": torch.from_numpy(np.stack([s["x"] for s in samples])),
+                 "y": torch.tensor([s["y"] for s in samples])}
+        collated.append(batch)
+        return batch
+
+    loader = DataLoader(Numbers(), batch_size=4, num_workers=0, pin_memory=False, collate_fn=collate, device="cpu")
+    batches = list(loader)
+    assert len(batches) == len(collated) == math.ceil(SIZE / 4)
+    assert all(got["x"] is made["x"] and got["y"] is made["y"] for got, made in zip(batches, collated, strict=True))
 
 
 # ---------------------------------------------------------------- lifecycle
@@ -437,3 +453,101 @@ def test_skip_count_is_kept_in_the_state() -> None:
     assert resumed.skipped == 2
     with pytest.raises(SkipBudgetError, match="skipped 3 samples"):
         list(resumed)  # sample 20 is the third skip of this epoch: over the budget of 2
+
+
+# ---------------------------------------------------------------- device augmentation keyed by batch position
+
+
+class Pictures(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Sample i -> {"image": uint8 [12, 12, 3] (fixed random pixels), "label": i}, held in memory."""
+
+    releases_gil = True
+
+    def __init__(self, size: int = 10) -> None:
+        gen = torch.Generator().manual_seed(5)
+        self.images = torch.randint(0, 256, (size, 12, 12, 3), dtype=torch.uint8, generator=gen).numpy()
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"image": self.images[index], "label": index}
+
+
+AUGMENT_SEED = 21
+PICTURE_EPOCH_LEN = math.ceil(10 / 3)
+
+
+def make_augment() -> Augment:
+    ops = [RandomResizedCrop(8), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)]
+    return Augment(ops, seed=AUGMENT_SEED, channels_last=False)
+
+
+def augmenting_loader(augment: Augment | None = None, **kwargs: Any) -> DataLoader[Any]:
+    transform = make_augment() if augment is None else augment
+    options = {"batch_size": 3, "shuffle": True, "seed": 4, "num_workers": 0, "persistent_workers": False, **kwargs}
+    return DataLoader(Pictures(), device="cpu", device_transform=transform, **options)
+
+
+def consume_augmented(loader: DataLoader[Any]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """EPOCHS epochs of (float32 [B, 3, 8, 8] augmented images, int64 [B] labels)."""
+    while loader.epoch < EPOCHS:
+        for batch in loader:
+            yield batch["image"], batch["label"]
+
+
+def test_device_augmentation_is_keyed_by_seed_epoch_and_batch_position() -> None:
+    first = list(consume_augmented(augmenting_loader(shuffle=False)))
+    again = list(consume_augmented(augmenting_loader(shuffle=False, num_workers=2, worker_type="thread")))
+    assert len(first) == EPOCHS * PICTURE_EPOCH_LEN
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again, strict=True))
+    epoch0, epoch1 = first[:PICTURE_EPOCH_LEN], first[PICTURE_EPOCH_LEN:]
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(epoch0, epoch1, strict=True))  # same samples, unshuffled
+    assert not any(torch.equal(a[0], b[0]) for a, b in zip(epoch0, epoch1, strict=True))
+    # Each batch is what a fresh Augment gives for (epoch, position), though the prefetcher ran it ahead.
+    pictures, reference = Pictures(), make_augment()
+    for epoch, epoch_batches in enumerate((epoch0, epoch1)):
+        for position, (images, batch_labels) in enumerate(epoch_batches):
+            raw = torch.from_numpy(pictures.images[batch_labels.numpy()])
+            assert torch.equal(images, reference(raw, epoch=epoch, batch_index=position))
+
+
+@pytest.mark.parametrize("stop", standard_stops(EPOCHS * PICTURE_EPOCH_LEN, PICTURE_EPOCH_LEN))
+def test_resumed_device_augmentation_equals_the_uninterrupted_run(stop: int) -> None:
+    shared = make_augment()  # one transform across resumes: it counted batches ahead before the save
+
+    def make_resumed() -> DataLoader[Any]:
+        return augmenting_loader(shared, num_workers=2, worker_type="thread")
+
+    check_resume(augmenting_loader, consume_augmented, stop, make_resumed=make_resumed)
+
+
+def test_resumed_device_augmentation_with_worker_processes() -> None:
+    check_resume(lambda: augmenting_loader(num_workers=2, worker_type="thread"), consume_augmented,
+                 PICTURE_EPOCH_LEN // 2, make_resumed=lambda: augmenting_loader(num_workers=1, worker_type="process"))
+
+
+class EpochOnly:
+    """A device transform whose set_epoch takes the epoch only: it gets no start_index."""
+
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
+
+
+def test_a_set_epoch_without_start_index_gets_the_epoch_and_a_warning_on_resume() -> None:
+    transform = EpochOnly()
+    loader = DataLoader(Numbers(), batch_size=3, num_workers=0, device="cpu", device_transform=transform)
+    list(loader)
+    list(loader)
+    assert transform.epochs == [0, 1]
+    state = {**loader.state_dict(), "epoch": 1, "batches_consumed": 2}
+    loader.load_state_dict(state)
+    with pytest.warns(UserWarning, match="takes no 'start_index': resumed at batch 2 of epoch 1"):
+        assert len(labels(loader)) == EPOCH_LEN - 2
+    assert transform.epochs == [0, 1, 1]
