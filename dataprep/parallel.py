@@ -7,8 +7,11 @@ which is also what tests and debuggers want.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import multiprocessing
+import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -20,9 +23,28 @@ R = TypeVar("R")
 _context: Any = None
 
 
-def _init(context: Any) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _init(context: Any, parent_pid: int) -> None:
     global _context
     _context = context
+    _die_with_parent(parent_pid)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to kill this worker when the parent dies (e.g. kill -9).
+
+    Otherwise orphaned workers wait forever on the task pipe, whose write end every
+    sibling inherited. Elsewhere this is a no-op.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _run_chunk(fn: Callable[[Any, Any], Any], chunk: list[Any]) -> list[Any]:
@@ -50,7 +72,7 @@ def ordered_map(
     window = max(2, workers * window_per_worker)
     chunks = _chunked(items, chunk_size)
     ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(context,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(context, os.getpid())) as pool:
         pending: deque[Future[list[R]]] = deque()
         try:
             for chunk in itertools.islice(chunks, window):

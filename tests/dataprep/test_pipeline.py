@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -212,8 +213,22 @@ def test_text_lines(synthetic, tmp_path):
     assert reasons.get("empty_text", 0) >= 1 and reasons.get("duplicate", 0) >= 1
 
 
+def _processes_in(cwd: Path) -> list[int]:
+    """Pids of live processes whose working directory is ``cwd``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == cwd:
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
 def _run_killed(cmd: list[str], cwd: Path, out: Path) -> None:
-    """Start `dataprep shard`, kill -9 it once a shard is complete."""
+    """Start `dataprep shard`, kill -9 it once a shard is complete; its workers must die too."""
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint = out / ".dataprep" / "checkpoint.json"
     try:
@@ -223,6 +238,10 @@ def _run_killed(cmd: list[str], cwd: Path, out: Path) -> None:
                 break
     finally:
         proc.wait()
+    deadline = time.monotonic() + 10
+    while _processes_in(cwd) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_in(cwd), "worker processes outlived their killed parent"
 
 
 def test_resume_after_kill_is_byte_identical(image_tree, tmp_path):
