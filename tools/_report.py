@@ -150,6 +150,14 @@ class Progress:
             self._drawn = False
 
 
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` if it is an int >= ``minimum`` (bools refused), else ``ToolError`` naming it and what it got."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
+        raise ToolError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
+    return value
+
+
 def require_plot() -> None:
     """Raise ``PlotUnavailable`` unless matplotlib can be imported; call before measuring."""
     try:

@@ -1,0 +1,344 @@
+"""``dataprep shard`` throughput against this machine's single-core cleaning rate x cores.
+
+    python -m tools.shard_bench [--images 300] [--raw DIR] [--workers N] [--repeat 1]
+                                [--json [PATH]] [--record]
+
+Side by side in one run, over the same raw images (a synthetic image-folder tree of
+``--images`` photos made with ``dataprep.synthetic``, or ``--raw DIR``):
+
+1. single core: the cleaning of every planned input (``dataprep.clean.images.clean_image``:
+   full decode, RGB conversion, re-encode where needed), in this process, timed in CPU
+   seconds (so other load on a shared machine does not flatter the ideal below);
+2. ``dataprep shard RAW OUT --workers N`` (N = cores available) into a fresh OUT in a
+   temporary directory, timed in wall seconds, in this process (interpreter start-up
+   excluded; planning, cleaning, writing, hashing and the manifest included).
+
+Before both, every raw file is read once so the page cache is warm (the fraction
+resident is reported): the figure is about CPU, not the disk. The result is
+``ratio = shard images/s / (single-core images/s x min(N, cores))``, against the
+target ``TARGET_RATIO``. ``--record`` appends a dated entry, with the machine, to
+``tools/RESULTS.md`` and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dataprep.cli import build_parser, config_from_args
+from dataprep.config import ShardConfig
+from dataprep.errors import DataprepError
+from dataprep.fsutil import atomic_write_bytes
+from dataprep.pipeline import CleanContext, clean_item, shard
+from dataprep.plan import make_plan
+from dataprep.records import CleanRecord, RawRecord
+from dataprep.sources import Layout, detect_layout
+from dataprep.synthetic import SyntheticSpec, make_dataset
+from loaders.topology import cpus_available
+from tools._pagecache import resident_fraction
+from tools._report import ToolError, check_int, format_table, machine_info, report_document, write_json
+
+TOOL = "shard_bench"
+TARGET_RATIO = 0.90
+RESULTS_PATH = Path(__file__).with_name("RESULTS.md")
+_RESULTS_HEADER = "# Measured results\n\nEntries appended by `python -m tools.<name> --record`; newest last.\n"
+_RESIDENCY_MAX_FILES = 1000  # mincore costs 3 syscalls a file: a large tree is sampled evenly
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ShardBenchReport:
+    """Both measurements over ``images`` raw inputs of ``input_bytes`` bytes (files of the images' records).
+
+    single_core_cpu_s / single_core_wall_s: cleaning every input in one process; shard_*:
+    the fastest of ``repeat`` ``dataprep shard`` runs with ``workers`` processes (CPU: this
+    process and its workers; others_cpu_s: every other process on the machine meanwhile,
+    None if unknown); resident_after_warmup: fraction of raw pages cached (None: unknown).
+    """
+
+    raw_dir: str
+    generated: bool
+    images: int
+    input_bytes: int
+    cores: int
+    workers: int
+    repeat: int
+    single_core_cpu_s: float
+    single_core_wall_s: float
+    shard_wall_s: float
+    shard_cpu_s: float
+    others_cpu_s: float | None
+    samples_kept: int
+    rejected: int
+    resident_after_warmup: float | None
+
+    @property
+    def single_core_images_per_s(self) -> float:
+        return self.images / self.single_core_cpu_s
+
+    @property
+    def shard_images_per_s(self) -> float:
+        return self.images / self.shard_wall_s
+
+    @property
+    def shard_input_mb_s(self) -> float:
+        return self.input_bytes / 1e6 / self.shard_wall_s
+
+    @property
+    def ideal_images_per_s(self) -> float:
+        return self.single_core_images_per_s * min(self.workers, self.cores)
+
+    @property
+    def ratio(self) -> float:
+        return self.shard_images_per_s / self.ideal_images_per_s
+
+    @property
+    def meets_target(self) -> bool:
+        return self.ratio >= TARGET_RATIO
+
+    @property
+    def cores_used(self) -> float:
+        """Mean cores the shard run kept busy (its CPU seconds / wall seconds)."""
+        return self.shard_cpu_s / self.shard_wall_s
+
+    @property
+    def cpu_efficiency(self) -> float:
+        """Single-core cleaning CPU / the shard run's CPU: 1 means no CPU spent beyond cleaning."""
+        return self.single_core_cpu_s / self.shard_cpu_s if self.shard_cpu_s > 0 else 0.0
+
+    def notes(self) -> list[str]:
+        out = ["single-core rate: CPU time of one process; shard rate: wall time of the whole run "
+               "(plan, clean, write, hash, manifest; interpreter start-up excluded)."]
+        if self.resident_after_warmup is not None and self.resident_after_warmup < 0.99:
+            out.append(f"only {self.resident_after_warmup:.0%} of the raw files stayed cached after the warm-up: "
+                       "the shard run partly measured the disk.")
+        others = None if self.others_cpu_s is None else self.others_cpu_s / self.shard_wall_s
+        if others is not None and others > 0.1:
+            out.append(f"other processes kept {others:.1f} of {self.cores} cores busy during the shard run: "
+                       "that lowers the shard rate, and so the ratio; the CPU efficiency does not depend on it.")
+        if self.workers > self.cores:
+            out.append(f"{self.workers} workers on {self.cores} cores: the ideal counts {self.cores}.")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "single_core_images_per_s": self.single_core_images_per_s,
+                "shard_images_per_s": self.shard_images_per_s, "shard_input_mb_s": self.shard_input_mb_s,
+                "ideal_images_per_s": self.ideal_images_per_s, "ratio": self.ratio, "target_ratio": TARGET_RATIO,
+                "cores_used": self.cores_used, "cpu_efficiency": self.cpu_efficiency,
+                "meets_target": self.meets_target, "notes": self.notes()}
+
+
+def raw_files(raw: Path) -> list[Path]:
+    """Every regular file under ``raw``, in sorted walk order."""
+    out: list[Path] = []
+    for root, dirs, names in os.walk(raw):
+        dirs.sort()
+        out.extend(p for p in (Path(root) / n for n in sorted(names)) if p.is_file())
+    return out
+
+
+def warm_page_cache(paths: Sequence[Path]) -> float | None:
+    """Read every file once so its pages are cached; the fraction resident afterwards (None: unknown)."""
+    buf = bytearray(_CHUNK)
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+    probe = list(paths) if len(paths) <= _RESIDENCY_MAX_FILES else list(paths)[:: -(-len(paths) // _RESIDENCY_MAX_FILES)]
+    return resident_fraction(probe) if probe else None
+
+
+def shard_config(raw: Path, out: Path, workers: int) -> ShardConfig:
+    """The config of ``dataprep shard RAW OUT --workers N`` with every other option at its default."""
+    args = build_parser().parse_args(["shard", os.fspath(raw), os.fspath(out), "--workers", str(workers), "--no-progress"])
+    return config_from_args(args)
+
+
+def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, float, float]:
+    """(inputs, input bytes, CPU s, wall s) of cleaning every planned input of ``config`` in this process.
+
+    The plan (made as ``dataprep shard`` makes it, spilled under ``spill_dir``) is not timed.
+    """
+    layout = config.layout or detect_layout(Path(config.raw))
+    if layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+        raise ToolError(f"{config.raw}: a {layout} dataset; shard_bench measures image datasets")
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(config, layout, spill_dir)
+    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema)
+    items = list(plan.items.iter_from(0))
+    input_bytes = sum(os.path.getsize(p) for item in items if isinstance(item, RawRecord) for p in item.files.values())
+    wall, cpu = time.perf_counter(), time.process_time()
+    kept = sum(isinstance(clean_item(ctx, item), CleanRecord) for item in items)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if kept == 0:
+        raise ToolError(f"{config.raw}: cleaning kept none of {len(items)} inputs: nothing to shard")
+    return len(items), input_bytes, max(cpu, 1e-9), max(wall, 1e-9)
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    """One ``dataprep shard`` run: wall and CPU seconds (this process + its reaped workers), the
+    CPU seconds all other processes on the machine used meanwhile (None: unknown), outcome counts."""
+
+    wall_s: float
+    cpu_s: float
+    others_cpu_s: float | None
+    samples_kept: int
+    rejected: int
+
+
+def _process_cpu_s() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all cores have been busy since boot (/proc/stat), None where unavailable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def time_shard(raw: Path, out: Path, workers: int) -> ShardRun:
+    """Run ``dataprep shard RAW OUT --workers N`` into a fresh ``out``, in this process, and time it."""
+    config = shard_config(raw, out, workers)
+    busy, cpu, start = _machine_busy_s(), _process_cpu_s(), time.perf_counter()
+    summary = shard(config, argv=("dataprep", "shard", os.fspath(raw), os.fspath(out), "--workers", str(workers)))
+    wall, cpu, busy_after = time.perf_counter() - start, _process_cpu_s() - cpu, _machine_busy_s()
+    others = None if busy is None or busy_after is None else max(busy_after - busy - cpu, 0.0)
+    return ShardRun(max(wall, 1e-9), cpu, others, summary.totals.samples_kept, summary.totals.rejected)
+
+
+@contextlib.contextmanager
+def _raw_tree(raw: str | os.PathLike[str] | None, images: int, seed: int) -> Iterator[tuple[Path, Path, bool]]:
+    """(RAW, a scratch directory, generated?) for the run; the scratch directory is removed after."""
+    with tempfile.TemporaryDirectory(prefix="shard_bench-") as scratch:
+        top = Path(scratch)
+        if raw is not None:
+            if not Path(raw).is_dir():
+                raise ToolError(f"--raw {raw}: not a directory")
+            yield Path(raw), top, False
+            return
+        spec = SyntheticSpec(images=images, classes=min(10, images), seed=seed, broken=False, tables=False, text=False)
+        make_dataset(top / "raw", spec)
+        yield top / "raw" / "images", top, True
+
+
+def measure_shard(*, images: int = 300, raw: str | os.PathLike[str] | None = None, workers: int | None = None,
+                  repeat: int = 1, seed: int = 0) -> ShardBenchReport:
+    """Run both measurements (module docstring); best of ``repeat`` each, alternating.
+
+    Raises ``ToolError`` for bad arguments or a non-image dataset, ``DataprepError`` from the run.
+    """
+    check_int("images", images, 1)
+    check_int("repeat", repeat, 1)
+    check_int("seed", seed, 0)
+    cores = cpus_available()
+    workers = cores if workers is None else check_int("workers", workers, 1)
+    with _raw_tree(raw, images, seed) as (raw_dir, scratch, generated):
+        resident = warm_page_cache(raw_files(raw_dir))
+        singles, runs = [], []
+        for r in range(repeat):  # alternate, so a burst of load elsewhere hits both alike
+            singles.append(time_single_core(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan"))
+            runs.append(time_shard(raw_dir, scratch / f"out-{r}", workers))
+    count, input_bytes = singles[0][:2]
+    single_cpu, single_wall = min(x[2] for x in singles), min(x[3] for x in singles)
+    best = min(runs, key=lambda run: run.wall_s)
+    return ShardBenchReport(
+        raw_dir=os.fspath(raw_dir), generated=generated, images=count, input_bytes=input_bytes, cores=cores,
+        workers=workers, repeat=repeat, single_core_cpu_s=single_cpu, single_core_wall_s=single_wall,
+        shard_wall_s=best.wall_s, shard_cpu_s=best.cpu_s, others_cpu_s=best.others_cpu_s,
+        samples_kept=best.samples_kept, rejected=best.rejected, resident_after_warmup=resident,
+    )
+
+
+def format_report(report: ShardBenchReport) -> str:
+    """The table and verdict ``python -m tools.shard_bench`` prints."""
+    where = "synthetic image-folder tree" if report.generated else report.raw_dir
+    cached = "unknown" if report.resident_after_warmup is None else f"{report.resident_after_warmup:.0%}"
+    rows = [
+        ("single core: clean_image (CPU time)", report.images, report.single_core_cpu_s, report.single_core_images_per_s,
+         report.input_bytes / 1e6 / report.single_core_cpu_s),
+        (f"ideal: single core x {min(report.workers, report.cores)}", report.images, None, report.ideal_images_per_s, None),
+        (f"dataprep shard --workers {report.workers} (wall)", report.images, report.shard_wall_s, report.shard_images_per_s,
+         report.shard_input_mb_s),
+    ]
+    others = "" if report.others_cpu_s is None else f"; other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores"
+    verdict = "meets" if report.meets_target else "BELOW"
+    lines = [f"raw: {where}: {report.images:,} inputs, {report.input_bytes / 1e6:.1f} MB; page cache warmed first "
+             f"({cached} resident); {report.cores} cores available",
+             "", format_table(("run", "images", "seconds", "images/s", "input MB/s"), rows),
+             "", f"ratio = shard / ideal = {report.ratio:.0%} ({verdict} the {TARGET_RATIO:.0%} target)",
+             f"shard run: {report.shard_cpu_s:.2f} CPU s, {report.cores_used:.2f} cores busy{others}; "
+             f"CPU efficiency (cleaning CPU / shard CPU) {report.cpu_efficiency:.0%}"]
+    return "\n".join(lines + [f"note: {n}" for n in report.notes()])
+
+
+def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt.datetime | None = None) -> Path:
+    """Append a dated entry (figures and machine) to ``path`` (default ``RESULTS_PATH``), creating it with a header."""
+    path = RESULTS_PATH if path is None else path
+    machine = machine_info()
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    entry = (
+        f"\n## {stamp}: shard_bench\n\n"
+        f"- machine: {machine['cpu_model'] or 'unknown CPU'}, {report.cores} cores available of {machine['cores_total']}, "
+        f"{(machine['memory_bytes'] or 0) / 2**30:.0f} GiB RAM, {machine['platform']}, Python {machine['python']}, "
+        f"Pillow {machine['pillow']}\n"
+        f"- input: {'synthetic' if report.generated else report.raw_dir}, {report.images:,} images, {report.input_bytes / 1e6:.1f} MB, page cache warm\n"
+        f"- single core (CPU time): {report.single_core_images_per_s:.1f} images/s\n"
+        f"- `dataprep shard --workers {report.workers}`: {report.shard_images_per_s:.1f} images/s, {report.shard_input_mb_s:.1f} MB/s of input\n"
+        f"- ratio: {report.ratio:.1%} of single core x {min(report.workers, report.cores)} (target {TARGET_RATIO:.0%}: "
+        f"{'met' if report.meets_target else 'not met'}); {report.cores_used:.2f} cores busy, CPU efficiency "
+        f"{report.cpu_efficiency:.0%}" + ("" if report.others_cpu_s is None else
+                                          f", other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores") + "\n"
+    )
+    text = path.read_text(encoding="utf-8") if path.exists() else _RESULTS_HEADER
+    atomic_write_bytes(path, (text + entry).encode("utf-8"))
+    return path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.shard_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=300, help="synthetic images to generate (default 300)")
+    parser.add_argument("--raw", metavar="DIR", help="shard this raw image tree instead of a synthetic one")
+    parser.add_argument("--workers", type=int, help="dataprep shard --workers (default: cores available)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement, best kept (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic images (default 0)")
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write the JSON report to PATH (no PATH: stdout, no table)")
+    parser.add_argument("--record", action="store_true", help=f"append a dated entry to {RESULTS_PATH.name}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        report = measure_shard(images=args.images, raw=args.raw, workers=args.workers, repeat=args.repeat, seed=args.seed)
+    except (ToolError, DataprepError) as err:
+        print(f"{TOOL}: {err}", file=sys.stderr)
+        return 2
+    if args.json != "-":
+        print(format_report(report))
+    if args.json:
+        write_json(args.json, report_document(TOOL, report.to_json(), sys.argv if argv is None else ["tools.shard_bench", *argv]))
+    if args.record:
+        path = record_result(report)
+        print(f"{TOOL}: recorded in {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
