@@ -40,7 +40,7 @@ from dataprep.plan import Item, Plan, PlannedItems, make_plan
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 from dataprep.report import Progress, Summary
 from dataprep.sources import Layout, detect_layout
-from dataprep.writers import ParquetShardWriter, ShardWriter, TarShardWriter
+from dataprep.writers import EncodedSample, ParquetShardWriter, ShardWriter, TarShardWriter, encode_sample
 
 # Columns of Parquet shards holding images; other fields of a sample go to "extra".
 IMAGE_PARQUET_COLUMNS = (("jpg", pa.binary()), ("png", pa.binary()), ("cls", pa.int64()), ("txt", pa.string()), ("json", pa.string()))
@@ -56,10 +56,18 @@ class CleanContext:
     text: TextOptions
     label_map: dict[str, int] | None
     table_schema: dict[str, str] | None
+    encode_tar: bool = False
 
 
-def clean_item(ctx: CleanContext, item: Item) -> CleanRecord | Reject:
-    """Clean one input (runs in a worker). Rejects found while planning pass through."""
+Result = CleanRecord | EncodedSample | Reject
+
+
+def clean_item(ctx: CleanContext, item: Item) -> Result:
+    """Clean one input (runs in a worker). Rejects found while planning pass through.
+
+    With ``encode_tar`` a kept sample comes back already serialised as tar members, so
+    the main process only appends bytes (it is the one serial stage of a run).
+    """
     if isinstance(item, Reject):
         return item
     if ctx.layout is Layout.TABLE:
@@ -67,7 +75,8 @@ def clean_item(ctx: CleanContext, item: Item) -> CleanRecord | Reject:
     if ctx.layout is Layout.TEXT:
         return clean_text(item, ctx.text)
     label_index = ctx.label_map.get(item.label) if ctx.label_map is not None and item.label is not None else None
-    return clean_image(item, ctx.image, label_index)
+    result = clean_image(item, ctx.image, label_index)
+    return encode_sample(result) if ctx.encode_tar and isinstance(result, CleanRecord) else result
 
 
 def resolve_format(config: ShardConfig, layout: Layout) -> str:
@@ -139,7 +148,7 @@ class _Run:
 
     def execute(self) -> tuple[Totals, list[ShardInfo]]:
         ctx = CleanContext(self.plan.layout, self.config.image, self.config.table, self.config.text,
-                           self.plan.label_map, self.plan.table_schema)
+                           self.plan.label_map, self.plan.table_schema, encode_tar=self.format == FORMAT_WDS)
         done = self.checkpoint.records_done
         # Media inputs already accounted for are skipped outright; table and text inputs are
         # cleaned again (cheap) because duplicate detection needs what they contained.
@@ -163,7 +172,7 @@ class _Run:
         rejected = sum(self.counts.values())
         return Totals(self.kept + rejected, self.kept, rejected, dict(self.counts)), self.shards
 
-    def _consume(self, result: CleanRecord | Reject, writer: ShardWriter, rejects: Any, position: int) -> None:
+    def _consume(self, result: Result, writer: ShardWriter, rejects: Any, position: int) -> None:
         self.processed += 1
         if isinstance(result, CleanRecord) and not self._remember(result):
             result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
@@ -175,7 +184,7 @@ class _Run:
             self._closed(writer.write(self._row(result)), rejects, position)
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out)
 
-    def _remember(self, result: CleanRecord | Reject) -> bool:
+    def _remember(self, result: Result) -> bool:
         """Track duplicates of tables (``--dedup-on``) and text; False if ``result`` repeats one."""
         if not isinstance(result, CleanRecord):
             return True
@@ -228,9 +237,11 @@ class _Run:
             return pa.schema([("__key__", pa.string()), ("text", pa.string()), ("__source__", pa.string()), ("__row__", pa.int64())])
         return pa.schema([("__key__", pa.string()), *IMAGE_PARQUET_COLUMNS, ("extra", pa.map_(pa.string(), pa.binary()))])
 
-    def _row(self, record: CleanRecord) -> CleanRecord:
+    def _row(self, record: CleanRecord | EncodedSample) -> CleanRecord | EncodedSample:
         """Image samples bound for Parquet: bytes fields -> typed columns."""
-        if self.format != FORMAT_PARQUET or self.plan.layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+        if isinstance(record, EncodedSample) or self.format != FORMAT_PARQUET or self.plan.layout not in (
+            Layout.IMAGE_FOLDER, Layout.GROUPED
+        ):
             return record
         fields = dict(record.fields)
         row: dict[str, object] = {"jpg": fields.pop("jpg", None), "png": fields.pop("png", None)}

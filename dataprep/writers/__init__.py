@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, ShardLimits, ShardNaming, ShardWriter
 from dataprep.writers.parquet import KEY_COLUMN, ParquetShardWriter
-from dataprep.writers.tar import TarShardWriter
+from dataprep.writers.tar import EncodedSample, TarShardWriter, encode_sample
 
 __all__ = [
     "DEFAULT_MAX_SHARD_BYTES",
+    "EncodedSample",
     "KEY_COLUMN",
     "ParquetShardWriter",
     "ShardLimits",
     "ShardNaming",
     "ShardWriter",
     "TarShardWriter",
+    "encode_sample",
 ]

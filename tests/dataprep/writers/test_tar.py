@@ -236,3 +236,24 @@ def test_bad_arguments_are_refused_at_construction(tmp_path: Path, kwargs: dict[
 def test_missing_output_directory_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
         TarShardWriter(tmp_path / "nope")
+
+
+def test_fast_member_header_is_byte_identical_to_tarfile():
+    import random
+    import string
+    import tarfile
+
+    from dataprep.writers.tar import _TAR_FORMAT, _member_header
+
+    def reference(name: str, size: int) -> bytes:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = size, 0, 0o444, 0, 0, "", ""
+        return info.tobuf(_TAR_FORMAT, "utf-8", "strict")
+
+    rng = random.Random(0)
+    alphabet = string.ascii_letters + string.digits + "_-."
+    cases = [("ü.jpg", 5), ("x" * 150 + ".cls", 5), ("k.jpg", 8**11 - 1), ("k.jpg", 8**11)]
+    cases += [("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 110))), rng.choice([0, 1, 511, 512, rng.randint(0, 10**9)]))
+              for _ in range(2000)]
+    for name, size in cases:
+        assert _member_header(name, size) == reference(name, size), (name, size)
