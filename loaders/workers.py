@@ -16,11 +16,13 @@ whose batch sampler is fed each epoch's jobs, so persistent workers serve every 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,22 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1  # how often a waiting consumer checks that the worker it waits for is alive
 _JOIN_S = 2.0  # how long close() waits for all threads; a thread stuck in user code is left behind
+
+# Pools with running threads. At interpreter exit they are stopped before finalisation:
+# a daemon thread still inside torch when the interpreter tears down is killed mid-C++
+# frame, and libstdc++ aborts the process ("terminate called without an active exception").
+# Threads of pools already garbage collected (``__del__`` does not join) are joined too.
+_RUNNING: weakref.WeakSet[ThreadWorkers] = weakref.WeakSet()
+_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_threads_at_exit() -> None:
+    for pool in list(_RUNNING):
+        pool.close(wait=False)
+    deadline = time.monotonic() + _JOIN_S
+    for thread in list(_THREADS):
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 Job = tuple[int, list[Any]]  # (batch position in the epoch, sampler indices)
 _Work = Callable[[int, int, list[Any]], BatchOutcome]
@@ -125,7 +143,9 @@ class ThreadWorkers:
                                       name=f"loaders-worker-{worker_id}", daemon=True)
             self._inboxes.append(inbox)
             self._threads.append(thread)
+            _THREADS.add(thread)
             thread.start()
+        _RUNNING.add(self)
 
     def run(self, jobs: Sequence[Job]) -> Generator[BatchOutcome, None, None]:
         """Build ``jobs`` and yield their outcomes, in order unless ``in_order=False``.
@@ -194,6 +214,7 @@ class ThreadWorkers:
     def close(self, *, wait: bool = True) -> None:
         """Stop the threads: each finishes the sample at hand and exits. ``wait``: join them (~2 s at most)."""
         self._shared.run_id += 1
+        _RUNNING.discard(self)
         threads, self._threads = self._threads, []
         inboxes, self._inboxes = self._inboxes, []
         for inbox in inboxes:

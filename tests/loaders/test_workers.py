@@ -208,3 +208,33 @@ def test_process_worker_exception_is_wrapped_with_worker_id() -> None:
     with pytest.raises(WorkerError, match=r"process worker 0 failed while reading a batch: ValueError") as info:
         list(workers.run(None, 0))
     assert isinstance(info.value.__cause__, ValueError)
+
+
+_EXIT_SCRIPT = """
+import torch
+from loaders import DataLoader
+
+class Slow(torch.utils.data.Dataset):
+    releases_gil = True
+    def __len__(self):
+        return 4096
+    def __getitem__(self, i):
+        return torch.full((64, 64, 3), i % 251, dtype=torch.uint8).clone()
+
+loader = DataLoader(Slow(), batch_size=32, num_workers=2, worker_type="thread")
+next(iter(loader))   # abandoned: threads keep building batches ahead
+del loader
+"""
+
+
+def test_interpreter_exit_with_busy_thread_workers_is_clean(tmp_path):
+    """Daemon threads still inside torch at finalisation made libstdc++ abort (exit 134)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit.py"
+    script.write_text(_EXIT_SCRIPT)
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "terminate called" not in proc.stderr

@@ -1,0 +1,78 @@
+"""Time to open a large shard manifest and get the first batch: ``python -m tools.open_bench``.
+
+Builds index sidecars for N samples over sparse shard files (no image data: this
+measures metadata handling, not decoding), then times, in one run:
+``ShardDataset(path)`` construction, ``DataLoader(..., shuffle=True)`` construction,
+and the first batch (which includes the epoch's global permutation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dataprep.index import ShardIndex, write_index
+from dataprep.manifest import Manifest, ShardInfo, Totals, write_manifest
+from tools._report import format_table, report_document, write_json
+
+SAMPLE_BYTES = 2048  # every fake sample: one 512-byte header, one field of 100 bytes, padding
+
+
+def make_fake_shards(root: Path, num_samples: int, num_shards: int) -> None:
+    """Index sidecars + sparse tar-sized files + a manifest for ``num_samples`` samples."""
+    per = -(-num_samples // num_shards)
+    infos = []
+    for s in range(num_shards):
+        n = min(per, num_samples - s * per)
+        name = f"shard-{s:06d}.tar"
+        offsets = np.arange(n, dtype=np.int64) * SAMPLE_BYTES
+        keys = b"".join(b"s%06dk%07d" % (s, i) for i in range(n))
+        index = ShardIndex(name, n * SAMPLE_BYTES, ("bin",), offsets, np.full(n, SAMPLE_BYTES, np.int64),
+                           (offsets + 512)[:, None], np.full((n, 1), 100, np.int64),
+                           np.arange(1, n + 1, dtype=np.int64) * 15, np.frombuffer(keys, dtype=np.uint8))
+        write_index(root / f"{name}.idx", index)
+        with open(root / name, "wb") as f:
+            f.truncate(n * SAMPLE_BYTES)
+        infos.append(ShardInfo(name, n, n * SAMPLE_BYTES, "0" * 64, f"{name}.idx", ("bin",)))
+    write_manifest(root, Manifest("wds", "adopted", tuple(infos), Totals(num_samples, num_samples, 0, {})))
+
+
+def measure(root: Path, batch_size: int) -> dict[str, float]:
+    from loaders import DataLoader, ShardDataset
+
+    t0 = time.perf_counter()
+    dataset = ShardDataset(root)
+    t1 = time.perf_counter()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0)
+    t2 = time.perf_counter()
+    batch = next(iter(loader))
+    t3 = time.perf_counter()
+    if len(batch["bin"]) != batch_size:
+        raise RuntimeError(f"first batch has {len(batch['bin'])} samples, expected {batch_size}")
+    return {"open_dataset_s": t1 - t0, "make_loader_s": t2 - t1, "first_batch_s": t3 - t2, "total_s": t3 - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.open_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=1_000_000)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH ('-' for stdout)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="open_bench-") as tmp:
+        make_fake_shards(Path(tmp), args.samples, args.shards)
+        result = measure(Path(tmp), args.batch_size)
+    rows = [[name, f"{value:.3f}"] for name, value in result.items()]
+    print(format_table(["step", "seconds"], rows, title=f"{args.samples:,} samples in {args.shards:,} shards"))
+    if args.json:
+        write_json(args.json, report_document("open_bench", {"samples": args.samples, "shards": args.shards, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
