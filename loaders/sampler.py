@@ -14,7 +14,7 @@ samples that workers prefetched but nobody saw are read again after a resume.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,6 +49,45 @@ class SampleIndex(NamedTuple):
     epoch: int
 
 
+class SampleBatch(Sequence[SampleIndex]):
+    """One batch of a rank's samples: an int64 numpy slice plus the epoch.
+
+    ``SampleIndex`` objects are made only when the batch is read (in the worker), so
+    listing an epoch of 10^6 samples costs one numpy split, not 10^6 Python objects.
+    With ``plain`` the batch holds plain ints (for datasets that do not take SampleIndex).
+    """
+
+    __slots__ = ("epoch", "indices", "plain")
+
+    def __init__(self, indices: np.ndarray, epoch: int, *, plain: bool = False) -> None:
+        self.indices = indices
+        self.epoch = epoch
+        self.plain = plain
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return SampleBatch(self.indices[i], self.epoch, plain=self.plain)
+        index = int(self.indices[i])
+        return index if self.plain else SampleIndex(index, self.epoch)
+
+    def __iter__(self) -> Iterator[SampleIndex]:
+        if self.plain:
+            return iter(self.indices.tolist())
+        epoch = self.epoch
+        return (SampleIndex(index, epoch) for index in self.indices.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SampleBatch(epoch={self.epoch}, indices={self.indices.tolist()!r})"
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         kind = "a positive int" if minimum == 1 else "a non-negative int"
@@ -65,6 +104,8 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
     samples that do not split evenly, else repeat the first ones (DistributedSampler's
     rule). topology None -> ``Topology.detect()`` here, at construction.
     """
+
+    yields_ints = False  # True in a subclass whose __iter__ yields plain ints
 
     def __init__(
         self,
@@ -144,13 +185,26 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         A loaded state is honoured once; a later ``__iter__`` of the same epoch restarts it,
         as DistributedSampler does. ``position`` moves only through ``advance``.
         """
-        if self._resume is not None and self._resume[0] == self._epoch:
-            start = self._resume[1]
-        else:
-            start = 0
+        return self._generate(self.indices(), self._epoch, self._start_pass())
+
+    def _start_pass(self) -> int:
+        """Begin a pass over the epoch: the resume position once after a load, else 0."""
+        start = self._resume[1] if self._resume is not None and self._resume[0] == self._epoch else 0
         self._resume = None
         self._position = start
-        return self._generate(self.indices(), self._epoch, start)
+        return start
+
+    def batches(self, batch_size: int, drop_last: bool) -> list[SampleBatch]:
+        """This epoch's samples grouped like ``BatchSampler(self, batch_size, drop_last)`` would.
+
+        Starts at the resume position exactly as ``__iter__`` does (and consumes a loaded
+        state the same way), but builds no per-sample objects.
+        """
+        batch_size = _check_int("batch_size", batch_size, 1)
+        mine = self.indices()[self._start_pass():]
+        stop = mine.size - mine.size % batch_size if drop_last else mine.size
+        plain = self.yields_ints
+        return [SampleBatch(mine[i:i + batch_size], self._epoch, plain=plain) for i in range(0, stop, batch_size)]
 
     @staticmethod
     def _generate(mine: np.ndarray, epoch: int, start: int) -> Iterator[SampleIndex]:

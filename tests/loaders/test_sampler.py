@@ -290,3 +290,25 @@ def test_harness_compares_arrays_and_tensors() -> None:
     assert items_equal([np.arange(3), {"x": torch.ones(2)}], [np.arange(3), {"x": torch.ones(2)}])
     assert not items_equal((torch.ones(2),), (torch.ones(2, dtype=torch.float64),))
     assert not items_equal(np.arange(3), np.arange(3).astype(np.int32))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("resume_at", [0, 6])
+def test_batches_match_batch_sampler_including_resume(drop_last, resume_at):
+    from torch.utils.data import BatchSampler
+
+    def make() -> ShardSampler:
+        sampler = ShardSampler(23, shuffle=True, seed=4, topology=Topology(rank=1, world_size=2))
+        sampler.set_epoch(2)
+        if resume_at:
+            sampler.advance(resume_at)
+            state = sampler.state_dict()
+            sampler = ShardSampler(23, shuffle=True, seed=4, topology=Topology(rank=1, world_size=2))
+            sampler.load_state_dict(state)
+        return sampler
+
+    expected = [list(b) for b in BatchSampler(make(), 3, drop_last)]
+    got = make().batches(3, drop_last)
+    assert [list(b) for b in got] == expected
+    assert all(isinstance(i, SampleIndex) and i.epoch == 2 for b in got for i in b)
+    assert got[0][1:] == expected[0][1:]
