@@ -69,7 +69,7 @@ def format_summary(summary: Summary) -> str:
     else:
         rows += [
             ("elapsed", f"{summary.elapsed_s:.2f} s"),
-            ("throughput", f"{summary.samples_per_s:,.1f} samples/s, {summary.mb_per_s:,.1f} MB/s"),
+            ("throughput", f"{summary.samples_per_s:,.1f} samples/s, {summary.mb_per_s:,.1f} MB/s written"),
         ]
         if summary.resumed_from_shard is not None:
             rows.append(("resumed at shard", str(summary.resumed_from_shard)))
