@@ -7,8 +7,9 @@ Duplicate search is cheap: only files of equal size are read, and only the first
 64 KiB of them unless those collide too.
 
 The planned media inputs are spilled to ``OUT/.dataprep/plan.bin`` (one pickled item
-each) and addressed through numpy arrays, so the main process holds about 24 bytes per
-input (offset, size, order) instead of ~500 bytes of Python objects.
+each) and addressed through numpy arrays, so the main process holds about 70 bytes per
+input (offset, size, order, and the key set that keeps keys unique) instead of ~525
+bytes of Python objects (tracemalloc; tests/dataprep/test_pipeline.py).
 
 Tables and text stream in file order (bounded memory); their duplicates are found
 while writing, in that order.
@@ -196,7 +197,11 @@ def primary_image(record: RawRecord) -> str | None:
 
 
 def find_duplicates(items: PlannedItems, sizes: np.ndarray) -> dict[int, Reject]:
-    """Sorted index -> DUPLICATE reject for every input whose image bytes equal an earlier one's."""
+    """Sorted index -> DUPLICATE reject for every input whose image bytes equal an earlier one's.
+
+    Only inputs of equal size are compared; records are loaded from the spill file one at
+    a time, so memory holds a digest per candidate, never a group of records.
+    """
     by_size = np.argsort(sizes, kind="stable")  # stable: sorted key order within a size
     ordered = sizes[by_size]
     starts = np.flatnonzero(np.diff(ordered, prepend=-2) != 0)
@@ -207,28 +212,26 @@ def find_duplicates(items: PlannedItems, sizes: np.ndarray) -> dict[int, Reject]
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             if hi - lo < 2 or ordered[lo] <= 0:
                 continue
-            group = by_size[lo:hi].tolist()
-            records = {i: items.load(i, fd) for i in group}
-            paths = {i: primary_image(r) for i, r in records.items() if isinstance(r, RawRecord)}
-            for first, dup in _equal_content({i: p for i, p in paths.items() if p}, group):
-                duplicates[dup] = Reject(records[dup].source, RejectReason.DUPLICATE, f"same bytes as {records[first].source}")
+            for first, dup in _equal_content(items, fd, by_size[lo:hi].tolist()):
+                duplicates[dup] = Reject(items.load(dup, fd).source, RejectReason.DUPLICATE,
+                                         f"same bytes as {items.load(first, fd).source}")
     finally:
         os.close(fd)
     return duplicates
 
 
-def _equal_content(paths: dict[int, str], group: list[int]) -> Iterator[tuple[int, int]]:
+def _equal_content(items: PlannedItems, fd: int, group: list[int]) -> Iterator[tuple[int, int]]:
     """(first, duplicate) index pairs among files of equal size, compared head first."""
     heads: dict[bytes, list[int]] = defaultdict(list)
     for i in group:
-        if i in paths and (head := _digest(paths[i], _HEAD_BYTES)) is not None:
+        if (head := _digest(_image_path(items, fd, i), _HEAD_BYTES)) is not None:
             heads[head].append(i)
     for candidates in heads.values():
         if len(candidates) < 2:
             continue
         firsts: dict[bytes, int] = {}
         for i in candidates:
-            digest = _digest(paths[i], None)
+            digest = _digest(_image_path(items, fd, i), None)
             if digest is None:
                 continue
             if digest in firsts:
@@ -237,8 +240,15 @@ def _equal_content(paths: dict[int, str], group: list[int]) -> Iterator[tuple[in
                 firsts[digest] = i
 
 
-def _digest(path: str, limit: int | None) -> bytes | None:
+def _image_path(items: PlannedItems, fd: int, i: int) -> str | None:
+    item = items.load(i, fd)
+    return primary_image(item) if isinstance(item, RawRecord) else None
+
+
+def _digest(path: str | None, limit: int | None) -> bytes | None:
     """blake2b of a file's first ``limit`` bytes (all of it when None); None if unreadable."""
+    if path is None:
+        return None
     hasher = hashlib.blake2b(digest_size=20)
     try:
         with open(path, "rb") as f:

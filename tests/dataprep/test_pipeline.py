@@ -272,3 +272,53 @@ def test_verify_and_info_cli(image_tree, tmp_path, capsys):
     shard.write_bytes(bytes(data))
     assert main(["verify", os.fspath(out)]) == 1
     assert shard.name in capsys.readouterr().out
+
+
+def test_bad_label_unreadable_and_unsupported_inputs(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "cat").mkdir(parents=True)
+    Image.new("RGB", (40, 40), (200, 10, 10)).save(raw / "cat" / "a.jpg")
+    Image.new("RGB", (40, 40), (10, 200, 10)).save(raw / "loose.jpg")  # no class folder
+    (raw / "cat" / "gone.jpg").symlink_to(raw / "cat" / "missing.jpg")  # dangling, inside RAW
+    out = tmp_path / "out"
+    assert shard_cli(raw, out, "--workers", "1", "--layout", "image-folder") == 0
+    reasons = {r["source"]: r["reason"] for r in rejects(out)}
+    assert reasons == {"loose.jpg": "bad_label", "cat/gone.jpg": "unreadable"}
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "t.csv").write_text("id,name\n1,a\n2,b\n")
+    (tables / "README.md").write_text("about these tables")
+    out = tmp_path / "tables-out"
+    assert shard_cli(tables, out, "--workers", "1", "--layout", "table") == 0
+    assert [(r["source"], r["reason"]) for r in rejects(out)] == [("README.md", "unsupported")]
+    assert read_manifest(out).totals.samples_kept == 2
+
+
+def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
+    import tracemalloc
+
+    from dataprep.config import ShardConfig
+    from dataprep.plan import make_plan
+    from dataprep.sources import Layout
+
+    for c in range(dirs):
+        (raw / f"c{c:03d}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_dir):
+            (raw / f"c{c:03d}" / f"{i:04d}.jpg").write_bytes(b"%d/%d" % (c, i) * (1 + i % 7))  # distinct bytes
+    spill.mkdir(exist_ok=True)
+    tracemalloc.start()
+    plan = make_plan(ShardConfig(raw=raw, out=raw.parent / "out"), Layout.IMAGE_FOLDER, spill)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert plan.total == dirs * per_dir
+    return peak
+
+
+def test_plan_memory_per_input_is_small(tmp_path):
+    """Planned inputs are spilled to disk: memory grows by ~100 bytes per input (numpy
+    offsets/sizes/order and the set of keys), not by a RawRecord (~525 bytes) each."""
+    _plan_peak_bytes(tmp_path / "warm", tmp_path / "spill0", 1, 5)  # lazy imports out of the way
+    small = _plan_peak_bytes(tmp_path / "small", tmp_path / "spill1", 20, 50)
+    large = _plan_peak_bytes(tmp_path / "large", tmp_path / "spill2", 80, 50)
+    per_input = (large - small) / 3000
+    assert per_input < 250, per_input
