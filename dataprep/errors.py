@@ -7,7 +7,8 @@ Tree::
     ├── OutputExistsError   OUT holds output of a different command (use --overwrite)
     ├── FormatError         a shard, index sidecar or manifest is malformed or unsupported
     ├── VerifyError         a shard or index does not match the manifest
-    └── RejectBudgetError   more inputs rejected than --max-reject-fraction allows
+    ├── RejectBudgetError   more inputs rejected than --max-reject-fraction allows
+    └── WorkerCrashError    a worker process died (e.g. a decoder crashed) on one of some inputs
 
 Per-input problems are not exceptions: cleaning turns them into a ``Reject`` with a
 reason code (see ``dataprep.records``).
@@ -38,3 +39,11 @@ class VerifyError(DataprepError):
 
 class RejectBudgetError(DataprepError):
     """The fraction of rejected inputs exceeded ``--max-reject-fraction``."""
+
+
+class WorkerCrashError(DataprepError):
+    """A worker process died while processing ``items`` (one of them is the likely cause)."""
+
+    def __init__(self, message: str, items: list[object]) -> None:
+        super().__init__(message)
+        self.items = items

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,7 @@ class _Run:
         position = 0 if replay else done
         rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME
         with self._writer() as writer, open(rejects_path, "ab") as rejects:
-            results = ordered_map(clean_item, items, context=ctx, workers=self.config.workers)
+            results = ordered_map(clean_item, items, context=ctx, workers=self.config.workers, on_crash=crash_reject)
             for result in results:
                 position += 1
                 if replay and position <= done:
@@ -258,6 +259,14 @@ class _Run:
             return [{"name": f.name, "type": str(f.type)} for f in self.parquet_schema]
         fields = sorted({f for s in shards for f in s.fields})
         return [{"name": f, "type": "int64" if f == "cls" else "binary"} for f in fields]
+
+
+def crash_reject(item: Item, exit_status: int | None) -> Reject:
+    """The reject of an input whose cleaning killed its worker process (run alone to be sure)."""
+    if isinstance(item, Reject):
+        return item
+    how = f"killed by signal {-exit_status}" if exit_status is not None and exit_status < 0 else f"exit status {exit_status}"
+    return Reject(item.source, RejectReason.WORKER_CRASH, f"cleaning it alone killed the worker process ({how})", item.row)
 
 
 def _row_of(record: CleanRecord) -> int | None:

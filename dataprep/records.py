@@ -32,6 +32,7 @@ class RejectReason(enum.StrEnum):
     EMPTY_TEXT = "empty_text"          # text is empty after stripping
     NO_MEDIA = "no_media"              # grouped files with no image in the group
     UNSUPPORTED = "unsupported"        # a file the layout has no use for (e.g. a README among tables)
+    WORKER_CRASH = "worker_crash"      # cleaning it killed the worker process (a decoder crash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,3 +39,25 @@ def test_input_is_consumed_lazily():
 def test_worker_exception_propagates():
     with pytest.raises(ValueError, match="bad input 7"):
         list(ordered_map(_square_with_pid, range(20), context=7, workers=2, chunk_size=2))
+
+
+def _die_on(ctx: int, x: int) -> int:
+    if x == ctx:
+        os._exit(3)  # what a segfaulting decoder looks like to the pool
+    return x
+
+
+def test_worker_death_without_on_crash_names_the_lost_inputs():
+    from dataprep.errors import WorkerCrashError
+
+    with pytest.raises(WorkerCrashError) as exc:
+        list(ordered_map(_die_on, range(40), context=13, workers=2, chunk_size=4))
+    assert 13 in exc.value.items
+    assert "worker process died" in str(exc.value)
+
+
+def test_worker_death_isolates_the_culprit_and_goes_on():
+    results = list(ordered_map(_die_on, range(60), context=13, workers=2, chunk_size=4,
+                               on_crash=lambda item, status: ("crashed", item, status)))
+    assert results[13] == ("crashed", 13, 3)
+    assert results[:13] + results[14:] == [x for x in range(60) if x != 13]

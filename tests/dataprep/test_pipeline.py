@@ -322,3 +322,31 @@ def test_plan_memory_per_input_is_small(tmp_path):
     large = _plan_peak_bytes(tmp_path / "large", tmp_path / "spill2", 80, 50)
     per_input = (large - small) / 3000
     assert per_input < 250, per_input
+
+
+def _crash_on_marked_input(ctx, item):
+    from dataprep import pipeline
+
+    if getattr(item, "source", "") == os.environ["SHARDFEED_TEST_CRASH_ON"]:
+        os._exit(11)  # a decoder crashing the worker process
+    return pipeline.CLEAN_ITEM(ctx, item)
+
+
+def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tree, tmp_path, monkeypatch):
+    from dataprep import pipeline
+
+    victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
+    monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
+    monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
+    monkeypatch.setattr(pipeline, "clean_item", _crash_on_marked_input)
+    crashed = tmp_path / "crashed"
+    assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
+    monkeypatch.setattr(pipeline, "clean_item", pipeline.CLEAN_ITEM)
+    clean = tmp_path / "clean"
+    assert shard_cli(image_tree, clean, "--workers", "2", "--shard-size", "300KB") == 0
+    reasons = {r["source"]: r for r in rejects(crashed)}
+    assert reasons[victim]["reason"] == "worker_crash" and "exit status 11" in reasons[victim]["detail"]
+    a, b = read_manifest(crashed).totals, read_manifest(clean).totals
+    assert a.inputs_seen == b.inputs_seen and a.samples_kept == b.samples_kept - 1
+    assert set(tar_samples(clean)) - set(tar_samples(crashed)) == {k for k, f in tar_samples(clean).items()
+                                                                   if json.loads(f["json"])["__source__"] == victim}
