@@ -56,6 +56,7 @@ from loaders.loader_state import (
     check_state,
     has_state,
     length_or_none,
+    accepts_keywords,
     start_transform_epoch,
 )
 from loaders.prefetch import DevicePrefetcher
@@ -278,15 +279,13 @@ class DataLoader(Generic[T]):
     def _iterate(self) -> Generator[T, None, None]:
         outcomes = self._run_epoch()
         deliveries: deque[Delivery] = deque()
-        batches = self._unwrap(outcomes, deliveries)
-        source: Iterable[Any] = batches
+        batches = self._unwrap(outcomes, deliveries)  # (position, batch) pairs
+        source: Iterable[tuple[int, Any]] = batches
         if self.device is not None:
-            # The prefetcher runs the transform ahead of the consumer: number its batches from the consumed prefix.
-            start_transform_epoch(self.device_transform, self._progress.epoch, self._progress.consumed)
-            source = DevicePrefetcher(batches, self.device, transform=self.device_transform)
+            source = DevicePrefetcher(batches, self.device, transform=self._positioned_transform())
         failed = False
         try:
-            for batch in source:
+            for _, batch in source:
                 self._account(deliveries.popleft())
                 yield batch
             while deliveries:  # trailing batches whose samples were all skipped
@@ -329,8 +328,25 @@ class DataLoader(Generic[T]):
         restored, self._sampler_restored = self._sampler_restored, False
         return self._progress.plan(listed, epoch_samples=length_or_none(self.sampler), after_prefix=restored)
 
-    def _unwrap(self, outcomes: Iterator[BatchOutcome], deliveries: deque[Delivery]) -> Generator[Any, None, None]:
-        """Outcomes -> batches; failures raise WorkerError, fully skipped batches ride with the next."""
+    def _positioned_transform(self) -> Callable[[tuple[int, Any]], tuple[int, Any]] | None:
+        """``device_transform`` applied to (position, batch) pairs inside the prefetcher.
+
+        A transform that takes ``epoch=`` and ``batch_index=`` (``loaders.augment.Augment``)
+        gets the batch's true position, so its randomness is keyed by (seed, epoch, batch
+        position) even when batches are skipped whole or arrive out of order. Otherwise
+        its ``set_epoch`` is told where the epoch resumes and it counts calls.
+        """
+        transform, epoch = self.device_transform, self._progress.epoch
+        if transform is None:
+            return None
+        if accepts_keywords(transform, "epoch", "batch_index"):
+            return lambda pair: (pair[0], transform(pair[1], epoch=epoch, batch_index=pair[0]))
+        start_transform_epoch(transform, epoch, self._progress.consumed)
+        return lambda pair: (pair[0], transform(pair[1]))
+
+    def _unwrap(self, outcomes: Iterator[BatchOutcome], deliveries: deque[Delivery]
+                ) -> Generator[tuple[int, Any], None, None]:
+        """Outcomes -> (position, batch); failures raise WorkerError, fully skipped batches ride with the next."""
         kind = "main-thread" if self.num_workers == 0 else str(self.worker_type.value)
         pending = Delivery()
         for outcome in outcomes:
@@ -341,7 +357,7 @@ class DataLoader(Generic[T]):
                 continue
             deliveries.append(pending)
             pending = Delivery()
-            yield outcome.batch
+            yield outcome.position, outcome.batch
         if pending.positions:
             deliveries.append(pending)
 

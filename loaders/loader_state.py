@@ -232,6 +232,11 @@ def start_transform_epoch(transform: Any, epoch: int, start_index: int) -> None:
     set_epoch(epoch)
 
 
+def accepts_keywords(fn: Callable[..., Any], *names: str) -> bool:
+    """True when ``fn`` can be called with every keyword in ``names``."""
+    return all(_accepts_keyword(fn, name) for name in names)
+
+
 def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
     try:
         parameters = inspect.signature(fn).parameters

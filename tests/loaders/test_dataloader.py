@@ -551,3 +551,29 @@ def test_a_set_epoch_without_start_index_gets_the_epoch_and_a_warning_on_resume(
     with pytest.warns(UserWarning, match="takes no 'start_index': resumed at batch 2 of epoch 1"):
         assert len(labels(loader)) == EPOCH_LEN - 2
     assert transform.epochs == [0, 1, 1]
+
+
+class PicturesWithABadBatch(Pictures):
+    """Samples 3..5 (the whole second batch, unshuffled, batch size 3) fail to read."""
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if 3 <= index < 6:
+            raise ValueError(f"corrupt picture {index}")
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_device_augmentation_keyed_by_true_position_despite_skips_and_order(in_order: bool) -> None:
+    """A batch skipped whole, or batches arriving out of order, do not shift later batches' parameters."""
+    loader = DataLoader(PicturesWithABadBatch(), batch_size=3, shuffle=False, seed=4, num_workers=2,
+                        worker_type="thread", in_order=in_order, on_error="skip", max_skips=3,
+                        device="cpu", device_transform=make_augment())
+    pictures, reference = Pictures(), make_augment()
+    seen = 0
+    for batch in loader:
+        labels = batch["label"]
+        position = int(labels[0]) // 3  # unshuffled: batch k holds samples 3k..3k+2
+        raw = torch.from_numpy(pictures.images[labels.numpy()])
+        assert torch.equal(batch["image"], reference(raw, epoch=0, batch_index=position))
+        seen += 1
+    assert seen == PICTURE_EPOCH_LEN - 1
