@@ -138,11 +138,22 @@ def remove_quietly(path: Path) -> None:
 class WriterLifecycle:
     """Context-manager behaviour shared by the writers: a clean exit closes, an exception aborts.
 
-    Subclasses provide ``close`` and ``abort``. On a clean exit the shard completed by
+    Subclasses provide ``_finish_open`` and ``abort``; ``close`` completes the open shard.
+    On a clean exit the shard completed by
     ``close`` is not returned to anyone, so it is kept in ``shards`` (every completed shard).
     """
 
+    _is_finished: bool
+    _open: object | None
+
     def close(self) -> list[ShardInfo]:
+        """Complete the open shard if it holds samples; further writes are refused."""
+        if self._is_finished:
+            return []
+        self._is_finished = True
+        return [self._finish_open()] if self._open is not None else []
+
+    def _finish_open(self) -> ShardInfo:
         raise NotImplementedError
 
     def abort(self) -> None:

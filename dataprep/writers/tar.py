@@ -221,13 +221,6 @@ class TarShardWriter(WriterLifecycle):
             closed.append(self._finish_open())
         return closed
 
-    def close(self) -> list[ShardInfo]:
-        """Complete the open shard if it holds samples; further writes are refused."""
-        if self._is_finished:
-            return []
-        self._is_finished = True
-        return [self._finish_open()] if self._open is not None else []
-
     def abort(self) -> None:
         """Close and remove the temporary file of the open shard; completed shards stay."""
         self._is_finished = True
