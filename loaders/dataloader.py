@@ -15,6 +15,10 @@ What changes without any other edit:
 
 An epoch is one ``__iter__``: the epoch's batches (lists of sampler indices) are listed
 up front, the ones already consumed (after a resume) are left out, and the rest run.
+
+It subclasses ``torch.utils.data.DataLoader`` (frameworks check ``isinstance``): torch's
+constructor validates the stock arguments and holds their attributes; iteration, workers
+and length are ours, and torch's iterator machinery is never used.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.utils.data
@@ -74,9 +78,6 @@ T = TypeVar("T")
 _PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
                  "persistent_workers", "pin_memory_device", "in_order", "batch_size", "drop_last")
 
-# Set once at construction, like the stock loader (its __setattr__ raises ValueError).
-_FROZEN_ATTRS = frozenset({"batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"})
-
 
 class _IntShardSampler(ShardSampler):
     """ShardSampler yielding plain ints: a user's dataset indexes with them, not SampleIndex."""
@@ -87,10 +88,11 @@ class _IntShardSampler(ShardSampler):
         return (item.index for item in super().__iter__())
 
 
-class DataLoader(Generic[T]):
-    """``torch.utils.data.DataLoader`` with the same arguments, plus keyword-only options.
+class DataLoader(torch.utils.data.DataLoader[T]):
+    """``torch.utils.data.DataLoader`` (a subclass) with the same arguments, plus keyword-only options.
 
-    Stock arguments keep their meaning and validation (same ValueError/TypeError). Where
+    Stock arguments keep their meaning, validation (same ValueError/TypeError) and
+    attributes, frozen after construction as torch freezes them. Where
     not given: ``num_workers = default_num_workers(Topology.detect())``; ``pin_memory =
     torch.cuda.is_available()``; ``persistent_workers = num_workers > 0``;
     ``prefetch_factor = 2`` batches per worker, for threads as for processes (at most
@@ -151,20 +153,23 @@ class DataLoader(Generic[T]):
         device: str | torch.device | None = None,
         device_transform: Callable[[Any], Any] | None = None,
     ) -> None:
-        self.__dict__["_initialized"] = False
         options = LoaderOptions(worker_type, threads_per_worker, seed, on_error, max_skips, device, device_transform)
         if num_workers is None:
             num_workers = default_num_workers(Topology.detect())
         if persistent_workers is None:
             persistent_workers = isinstance(num_workers, int) and num_workers > 0
-        # Torch validates the stock arguments (same errors) and builds the default
-        # samplers; constructing it starts nothing.
-        stock = torch.utils.data.DataLoader(
+        # Torch validates the user's own combination (its errors, in its order), sets its
+        # attributes and default samplers; ours replace them below. It starts nothing.
+        super().__init__(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
             bool(pin_memory), drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device, in_order=in_order)
-        self._adopt_stock(stock, collate_fn)
+        self._iterable = isinstance(self.dataset, IterableDataset)
+        # torch's _auto_collation (batch_sampler is not None) also covers iterables: with a
+        # batch_size, torch gives them a BatchSampler over its infinite sampler.
+        if collate_fn is None:  # ours collate straight into pinned memory; same batches as torch's
+            self.collate_fn = default_collate if self._auto_collation else default_convert
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self._adopt_options(options, generator)
         self._shuffle = bool(shuffle)
@@ -176,19 +181,6 @@ class DataLoader(Generic[T]):
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessWorkers | None = None
         self._sampler_restored = False  # a loaded sampler state will list only the remaining batches
-        self.__dict__["_initialized"] = True
-
-    def _adopt_stock(self, stock: torch.utils.data.DataLoader, collate_fn: Callable[[Any], Any] | None) -> None:
-        """Take the validated stock attributes; ours replace torch's default collate."""
-        for name in ("dataset", "num_workers", "prefetch_factor", "timeout", "worker_init_fn",
-                     "multiprocessing_context", "in_order", "pin_memory_device", "batch_size", "drop_last",
-                     "sampler", "batch_sampler", "generator", "persistent_workers"):
-            setattr(self, name, getattr(stock, name))
-        self._iterable = isinstance(self.dataset, IterableDataset)
-        self._auto_collation = self.batch_sampler is not None or (self._iterable and self.batch_size is not None)
-        if collate_fn is None:
-            collate_fn = default_collate if self._auto_collation else default_convert
-        self.collate_fn = collate_fn
 
     def _adopt_options(self, options: LoaderOptions, generator: torch.Generator | None) -> None:
         self.options = options
@@ -202,7 +194,12 @@ class DataLoader(Generic[T]):
         self.seed = options.seed if options.seed is not None else draw_seed(generator)
 
     def _install_default_sampler(self) -> None:
-        """The dataset's ``default_sampler`` if it has one, else ours when shuffling."""
+        """The dataset's ``default_sampler`` if it has one, else ours when shuffling.
+
+        Written past torch's frozen ``sampler``/``batch_sampler`` (its ``__setattr__``
+        refuses them after construction): ours must be what torch's attributes hold, and
+        a resume that adopts the saved seed rebuilds them.
+        """
         make = getattr(self.dataset, "default_sampler", None)
         if callable(make):
             sampler = make(shuffle=self._shuffle, seed=self.seed, drop_last=self.drop_last)
@@ -213,11 +210,6 @@ class DataLoader(Generic[T]):
         self.__dict__["sampler"] = sampler
         if self.batch_size is not None:
             self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if self.__dict__.get("_initialized") and name in _FROZEN_ATTRS:
-            raise ValueError(f"{name} attribute should not be set after {type(self).__name__} is initialized")
-        super().__setattr__(name, value)
 
     # ------------------------------------------------------------ length and epochs
 
@@ -263,7 +255,7 @@ class DataLoader(Generic[T]):
 
     # ------------------------------------------------------------ iteration
 
-    def __iter__(self) -> Iterator[T]:
+    def __iter__(self) -> Iterator[T]:  # type: ignore[override]
         """One epoch: yields its (remaining) batches; a new ``__iter__`` ends the previous one."""
         self._close_active()
         progress = self._progress
@@ -275,6 +267,11 @@ class DataLoader(Generic[T]):
         # A weak reference: `break` frees the generator, whose finally stops the workers.
         self._active = weakref.ref(generator)
         return generator
+
+    def _get_iterator(self) -> NoReturn:
+        # Torch's iterator would start its own workers, outside our order, seeds and resume state.
+        raise TypeError(f"{type(self).__module__}.{type(self).__name__} iterates with its own workers: "
+                        "use iter(loader), not torch.utils.data.DataLoader.__iter__")
 
     def _iterate(self) -> Generator[T, None, None]:
         outcomes = self._run_epoch()

@@ -206,3 +206,70 @@ def test_stock_attributes_are_present() -> None:
         assert getattr(loader, name) == getattr(stock, name), name
     assert isinstance(loader.sampler, SequentialSampler) and isinstance(loader.batch_sampler, BatchSampler)
     assert loader.dataset is not None and callable(loader.collate_fn)
+
+
+def test_is_a_torch_dataloader() -> None:
+    loader = DataLoader(Samples(), num_workers=0)
+    assert isinstance(loader, torch.utils.data.DataLoader)
+    assert issubclass(DataLoader, torch.utils.data.DataLoader)
+    assert DataLoader[int] is not None  # still generic in the batch type
+
+
+def test_stock_attributes_read_back_as_given() -> None:
+    dataset, generator = Samples(), torch.Generator()
+    loader = DataLoader(dataset, batch_size=3, num_workers=1, pin_memory=False, drop_last=True, timeout=7.5,
+                        worker_init_fn=set_tag, multiprocessing_context="spawn", generator=generator,
+                        prefetch_factor=4, persistent_workers=False, pin_memory_device="", in_order=False)
+    assert loader.dataset is dataset and loader.generator is generator and loader.worker_init_fn is set_tag
+    assert (loader.batch_size, loader.drop_last, loader.num_workers, loader.timeout) == (3, True, 1, 7.5)
+    assert loader.prefetch_factor == 4 and loader.pin_memory_device == ""
+    assert not (loader.persistent_workers or loader.pin_memory or loader.in_order)
+    assert loader.multiprocessing_context is torch.multiprocessing.get_context("spawn")
+    assert isinstance(loader.batch_sampler, BatchSampler) and loader.batch_sampler.sampler is loader.sampler
+
+
+def test_resolved_defaults_are_torch_attributes() -> None:
+    loader = DataLoader(Samples(), batch_size=2)
+    assert loader.num_workers >= 0
+    assert loader.persistent_workers is (loader.num_workers > 0)
+    assert loader.pin_memory is torch.cuda.is_available()
+    assert loader.prefetch_factor == (2 if loader.num_workers > 0 else None)
+    loader.close()
+
+
+def test_own_shuffled_sampler_is_what_torch_holds() -> None:
+    loader = DataLoader(Samples(), batch_size=4, shuffle=True, num_workers=0, seed=3)
+    assert not isinstance(loader.sampler, torch.utils.data.RandomSampler)  # ours: seeded and resumable
+    assert loader.batch_sampler.sampler is loader.sampler
+    order = [int(i) for batch in loader for i in batch["label"]]
+    assert order == [int(i) for batch in loader.batch_sampler for i in batch]
+
+
+def test_setting_frozen_attributes_raises_like_stock() -> None:
+    for make in (torch.utils.data.DataLoader, DataLoader):
+        loader = make(Samples(), num_workers=0)
+        with pytest.raises(ValueError) as raised:
+            loader.batch_size = 3
+        assert str(raised.value) == "batch_size attribute should not be set after DataLoader is initialized"
+        with pytest.raises(ValueError, match="sampler attribute should not be set"):
+            loader.sampler = [0]
+        assert loader.batch_size == 1
+
+
+def describe(loader: torch.utils.data.DataLoader) -> tuple[int, int, int | None]:  # type: ignore[type-arg]
+    """A function written for torch's loader: dataset size, sampler size, batch size."""
+    return len(loader.dataset), len(loader.sampler), loader.batch_size  # type: ignore[arg-type]
+
+
+def test_code_written_for_torch_loader_accepts_ours() -> None:
+    ours = DataLoader(Samples(), batch_size=4, shuffle=True, num_workers=0)
+    assert describe(ours) == describe(torch.utils.data.DataLoader(Samples(), batch_size=4, shuffle=True))
+    assert describe(ours) == (SIZE, SIZE, 4)
+
+
+def test_torch_iterator_machinery_is_never_used() -> None:
+    loader = DataLoader(Samples(), batch_size=4, num_workers=0)
+    with pytest.raises(TypeError, match="iterates with its own workers"):
+        torch.utils.data.DataLoader.__iter__(loader)
+    assert loader._iterator is None
+    assert len(list(loader)) == len(loader) == math.ceil(SIZE / 4)
