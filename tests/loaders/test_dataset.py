@@ -140,3 +140,15 @@ def test_million_sample_manifest_opens(tmp_path):
     assert len(ds) == n
     assert ds.shards.key(n - 1) == "k099999"
     assert ds[n - 1]["jpg"] == b"\0" * 100
+
+
+def test_dataloader_over_parquet_reads_every_row_once(table_shards):
+    from loaders import DataLoader
+
+    ds = ParquetShardDataset(table_shards, columns=["id", "__key__"])
+    assert ds.releases_gil
+    loader = DataLoader(ds, batch_size=16, shuffle=True, seed=1, num_workers=2)
+    assert loader.worker_type == "thread"
+    keys = [k for batch in loader for k in batch["__key__"]]
+    assert sorted(keys) == sorted(ds[i]["__key__"] for i in range(len(ds)))
+    assert len(keys) == len(set(keys)) == len(ds)
