@@ -108,11 +108,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     on_error, max_skips: "raise" (default) ends the epoch with WorkerError at the first
         failing sample; "skip" drops failing samples (map-style datasets), counted per
         epoch and kept in ``state_dict``, SkipBudgetError past ``max_skips``.
-    device, device_transform: yield batches on ``device`` through
-        ``loaders.prefetch.DevicePrefetcher`` (``device_transform`` runs there). At each
-        epoch's start a transform with ``set_epoch`` (e.g. ``loaders.augment.Augment``) gets
-        ``set_epoch(epoch, start_index=batches already consumed)``, so its per-batch
-        randomness follows (seed, epoch, batch position), across resumes too.
+    device, device_transform, device_prefetch: yield batches on ``device`` through
+        ``loaders.prefetch.DevicePrefetcher``, ``device_prefetch`` batches (default 2) copied
+        ahead on a side stream, ``device_transform`` run there. A transform taking
+        ``epoch=`` and ``batch_index=`` (``loaders.augment.Augment``) gets each batch's true
+        position; one with only ``set_epoch`` is told where the epoch (re)starts. Either
+        way its randomness follows (seed, epoch, batch position), across resumes too.
 
     Worker processes: torch's own, with ``loaders.limits.WorkerInit`` (thread limits, then
     random/numpy/torch seeded from (seed, epoch, worker_id), then the user's
@@ -152,8 +153,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         max_skips: int | float = 0,
         device: str | torch.device | None = None,
         device_transform: Callable[[Any], Any] | None = None,
+        device_prefetch: int = 2,
     ) -> None:
-        options = LoaderOptions(worker_type, threads_per_worker, seed, on_error, max_skips, device, device_transform)
+        options = LoaderOptions(worker_type, threads_per_worker, seed, on_error, max_skips, device, device_transform,
+                                device_prefetch)
         if num_workers is None:
             num_workers = default_num_workers(Topology.detect())
         if persistent_workers is None:
@@ -279,7 +282,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         batches = self._unwrap(outcomes, deliveries)  # (position, batch) pairs
         source: Iterable[tuple[int, Any]] = batches
         if self.device is not None:
-            source = DevicePrefetcher(batches, self.device, transform=self._positioned_transform())
+            source = DevicePrefetcher(batches, self.device, depth=self.options.device_prefetch,
+                                      transform=self._positioned_transform())
         failed = False
         try:
             for _, batch in source:

@@ -49,6 +49,8 @@ class LoaderOptions:
 
     max_skips: with on_error="skip", samples that may be skipped per epoch: an int count,
     a float fraction 0 < f < 1 of the epoch's samples, or ``math.inf``.
+    device_prefetch: with ``device``, batches copied (and transformed) ahead of the one
+    the training step holds; device memory holds up to ``device_prefetch + 1`` batches.
     """
 
     worker_type: WorkerType = WorkerType.AUTO
@@ -58,14 +60,16 @@ class LoaderOptions:
     max_skips: int | float = 0
     device: torch.device | None = None
     device_transform: Callable[[Any], Any] | None = None
+    device_prefetch: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "worker_type", _choice("worker_type", self.worker_type, WorkerType))
         object.__setattr__(self, "on_error", _choice("on_error", self.on_error, OnError))
-        for name, value, minimum in (("threads_per_worker", self.threads_per_worker, 1), ("seed", self.seed, 0)):
+        for name, value, minimum in (("threads_per_worker", self.threads_per_worker, 1), ("seed", self.seed, 0),
+                                     ("device_prefetch", self.device_prefetch, 0)):
             if (value is not None or name != "seed") and (
                     isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-                kind = "a positive int" if minimum else "a non-negative int or None"
+                kind = "a positive int" if minimum else ("a non-negative int or None" if name == "seed" else "a non-negative int")
                 raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
         skips = self.max_skips
         valid_count = isinstance(skips, int) and not isinstance(skips, bool) and skips >= 0

@@ -577,3 +577,20 @@ def test_device_augmentation_keyed_by_true_position_despite_skips_and_order(in_o
         assert torch.equal(batch["image"], reference(raw, epoch=0, batch_index=position))
         seen += 1
     assert seen == PICTURE_EPOCH_LEN - 1
+
+
+def test_device_prefetch_depth_is_configurable_and_validated() -> None:
+    pulled: list[int] = []
+
+    class Counting(Pictures):
+        def __getitem__(self, index: int) -> dict[str, Any]:
+            pulled.append(index)
+            return super().__getitem__(index)
+
+    loader = DataLoader(Counting(), batch_size=1, shuffle=False, num_workers=0, device="cpu", device_prefetch=3)
+    iterator = iter(loader)
+    next(iterator)
+    assert len(pulled) == 1 + 3  # the batch in hand and 3 ahead
+    iterator.close()
+    with pytest.raises(ConfigError, match="device_prefetch"):
+        DataLoader(Pictures(), device="cpu", device_prefetch=-1)
