@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg
+	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib
 	@# Pillow-SIMD (AVX2) where a compiler exists, else stock Pillow with a warning.
 	@if $(PY) -c "import PIL, sys; sys.exit(0 if 'post' in PIL.__version__ else 1)" 2>/dev/null; then \
 	  echo "Pillow-SIMD already installed"; \
