@@ -78,6 +78,19 @@ def write_json(path: str, doc: Mapping[str, Any]) -> None:
         atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def emit(tool: str, text: str, results: Mapping[str, Any], json_path: str | None,
+         argv: Sequence[str] | None) -> None:
+    """A program's output: the table on stdout (unless ``json_path`` is '-', which keeps
+    stdout pure JSON), then the JSON report to ``json_path`` when given.
+
+    argv: the arguments given to ``main`` (None: the process's own ``sys.argv``).
+    """
+    if json_path != "-":
+        print(text)
+    if json_path:
+        write_json(json_path, report_document(tool, results, sys.argv if argv is None else [f"tools.{tool}", *argv]))
+
+
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> str:
     """Aligned plain-text table; numbers right-aligned, text left-aligned, None shown as '-'.
 

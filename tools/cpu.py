@@ -46,7 +46,7 @@ from loaders.shards import TarShardSet
 from loaders.topology import cpus_available
 from loaders.transforms import IMAGE_FIELDS, CenterCropDecode, RandomResizedCropDecode
 from tools._proctree import ProcessTeam
-from tools._report import ToolError, bar_plot, check_int, format_table, report_document, require_plot, write_json
+from tools._report import ToolError, bar_plot, check_int, emit, format_table, require_plot
 from tools.decode_bench import time_cpu, time_threads
 
 TOOL = "cpu"
@@ -397,10 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolError, LoaderError, DataprepError) as err:
         print(f"{TOOL}: {err}", file=sys.stderr)
         return 2
-    if args.json != "-":
-        print(format_report(report))
-    if args.json:
-        write_json(args.json, report_document(TOOL, report.to_json(), sys.argv if argv is None else ["tools.cpu", *argv]))
+    emit(TOOL, format_report(report), report.to_json(), args.json, argv)
     if args.plot:
         labels = [s.stage for s in report.stages] + [f"{p.mode} x{p.workers}" for p in report.scaling]
         values = [s.images_per_s for s in report.stages] + [p.images_per_s for p in report.scaling]

@@ -34,7 +34,7 @@ from dataprep.index import ShardIndex, read_index
 from dataprep.manifest import read_manifest
 from dataprep.units import format_bytes, parse_bytes
 from tools._pagecache import DeviceInfo, device_of, drop_cache, resident_fraction
-from tools._report import Progress, ToolError, add_output_args, bar_plot, format_table, report_document, require_plot, write_json
+from tools._report import Progress, ToolError, add_output_args, bar_plot, emit, format_table, require_plot
 
 # Re-exported: these lived here before tools._pagecache existed, and callers import them from here.
 __all__ = ["DeviceInfo", "DiskReport", "PassResult", "device_of", "drop_cache", "format_report", "iter_sample_reads",
@@ -376,10 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"disk: cannot read {err.filename or args.shard_dir}: {err.strerror}", file=sys.stderr)
         return 1
-    if args.json != "-":
-        print(format_report(report))
-    if args.json:
-        write_json(args.json, report_document("disk", report.to_json(), argv=sys.argv if argv is None else ["tools.disk", *argv]))
+    emit("disk", format_report(report), report.to_json(), args.json, argv)
     if args.plot:
         labels = [f"{p.source} {p.pattern} {p.cache}" for p in report.passes]
         bar_plot(args.plot, labels, [p.read_mib_s for p in report.passes], ylabel="MiB/s", title=f"read throughput: {report.shard_dir}")

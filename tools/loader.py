@@ -58,7 +58,7 @@ from loaders.transforms import random_resized_crop_box
 from tools._loader_run import (MAIN, OUTPUT_SIZE, PROCESS, THREAD, ConfigResult, EpochResult, LoaderConfig, make_dataset,
                                run_config, run_in_child)
 from tools._pagecache import device_of
-from tools._report import ToolError, bar_plot, check_int, format_table, report_document, require_plot, write_json
+from tools._report import ToolError, bar_plot, check_int, emit, format_table, require_plot
 from tools.malloc import allocator_env
 
 __all__ = ["ConfigResult", "EpochResult", "LoaderConfig", "LoaderReport", "StageCost", "expand_configs", "format_report",
@@ -409,10 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolError, LoaderError, DataprepError) as err:
         print(f"{TOOL}: {err}", file=sys.stderr)
         return 2
-    if args.json != "-":
-        print(format_report(report))
-    if args.json:
-        write_json(args.json, report_document(TOOL, report.to_json(), sys.argv if argv is None else ["tools.loader", *argv]))
+    emit(TOOL, format_report(report), report.to_json(), args.json, argv)
     if args.plot:
         bar_plot(args.plot, [r.config.label for r in report.results], [r.images_per_s for r in report.results],
                  ylabel="images/s", title=f"loader throughput: {report.shard_dir}")

@@ -46,7 +46,7 @@ from dataprep.sources import Layout, detect_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from loaders.topology import cpus_available
 from tools._pagecache import resident_fraction
-from tools._report import ToolError, check_int, format_table, machine_info, report_document, write_json
+from tools._report import ToolError, check_int, emit, format_table, machine_info
 
 TOOL = "shard_bench"
 TARGET_RATIO = 0.90
@@ -330,10 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolError, DataprepError) as err:
         print(f"{TOOL}: {err}", file=sys.stderr)
         return 2
-    if args.json != "-":
-        print(format_report(report))
-    if args.json:
-        write_json(args.json, report_document(TOOL, report.to_json(), sys.argv if argv is None else ["tools.shard_bench", *argv]))
+    emit(TOOL, format_report(report), report.to_json(), args.json, argv)
     if args.record:
         path = record_result(report)
         print(f"{TOOL}: recorded in {path}", file=sys.stderr)
