@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -104,23 +104,14 @@ class RandomResizedCropDecode:
         object.__setattr__(self, "ratio", _check_range("ratio", self.ratio, upper=math.inf))
         if isinstance(self.flip_p, bool) or not isinstance(self.flip_p, (int, float)) or not 0 <= self.flip_p <= 1:
             raise _invalid("flip_p", "a float in [0, 1]", self.flip_p)
-        _check_fields(self.field, self.out_field)
-        pil_filter(self.interpolation, name="interpolation")
-        object.__setattr__(self, "interpolation", Interpolation(self.interpolation))
-        resolve_backend(self.backend)
+        _check_decode_options(self)
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        field, data = _image_data(sample, self.field)
-        out_h, out_w = self.size
-        try:
-            width, height = image_size(data)
+        def place(width: int, height: int) -> tuple[Box, bool]:
             box = random_resized_crop_box(width, height, self.scale, self.ratio, rng)
-            flip = bool(rng.random() < self.flip_p)
-            image = decode_crop_resize(data, box, (out_w, out_h), flip=flip, resample=self.interpolation,
-                                       backend=self.backend)
-        except SampleError as err:
-            raise _sample_error(sample, field, err) from (err.__cause__ or err)
-        return _replace(sample, field, self.out_field, image)
+            return box, bool(rng.random() < self.flip_p)  # the crop is drawn first, then the flip
+
+        return _decode_crop(self, sample, place)
 
 
 @dataclass(frozen=True)
@@ -149,22 +140,11 @@ class CenterCropDecode:
         if max(size) > self.resize_short:
             raise ConfigError(f"'size' {size} must fit in the resized image: 'resize_short' must be "
                               f">= {max(size)} (got {self.resize_short})")
-        _check_fields(self.field, self.out_field)
-        pil_filter(self.interpolation, name="interpolation")
-        object.__setattr__(self, "interpolation", Interpolation(self.interpolation))
-        resolve_backend(self.backend)
+        _check_decode_options(self)
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        field, data = _image_data(sample, self.field)
-        out_h, out_w = self.size
-        try:
-            width, height = image_size(data)
-            box = center_crop_box(width, height, self.size, self.resize_short)
-            image = decode_crop_resize(data, box, (out_w, out_h), resample=self.interpolation,
-                                       backend=self.backend)
-        except SampleError as err:
-            raise _sample_error(sample, field, err) from (err.__cause__ or err)
-        return _replace(sample, field, self.out_field, image)
+        return _decode_crop(self, sample, lambda width, height: (
+            center_crop_box(width, height, self.size, self.resize_short), False))
 
 
 @dataclass(frozen=True)
@@ -232,6 +212,32 @@ class Compose:
         for transform in self.transforms:
             sample = transform(sample, rng)
         return sample
+
+
+Box = tuple[float, float, float, float]  # left, top, width, height in full-resolution pixels
+
+
+def _check_decode_options(transform: RandomResizedCropDecode | CenterCropDecode) -> None:
+    """Checks shared by the fused crop transforms; normalises ``interpolation`` to the enum."""
+    _check_fields(transform.field, transform.out_field)
+    pil_filter(transform.interpolation, name="interpolation")
+    object.__setattr__(transform, "interpolation", Interpolation(transform.interpolation))
+    resolve_backend(transform.backend)
+
+
+def _decode_crop(transform: RandomResizedCropDecode | CenterCropDecode, sample: dict[str, Any],
+                 place: Callable[[int, int], tuple[Box, bool]]) -> dict[str, Any]:
+    """Decode the box ``place(width, height)`` chooses (and whether to flip) at ``transform.size``."""
+    field, data = _image_data(sample, transform.field)
+    out_h, out_w = transform.size
+    try:
+        width, height = image_size(data)
+        box, flip = place(width, height)
+        image = decode_crop_resize(data, box, (out_w, out_h), flip=flip, resample=transform.interpolation,
+                                   backend=transform.backend)
+    except SampleError as err:
+        raise _sample_error(sample, field, err) from (err.__cause__ or err)
+    return _replace(sample, field, transform.out_field, image)
 
 
 def _invalid(name: str, expected: str, value: object) -> ConfigError:
