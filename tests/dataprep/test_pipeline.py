@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,25 +19,13 @@ from PIL import Image
 from dataprep.cli import main
 from dataprep.index import read_index
 from dataprep.manifest import read_manifest
+from tests.samples import tar_samples
 
 SAFE_KEY = re.compile(r"^[^./][^./]*$")
 
 
 def shard_cli(*args: object) -> int:
     return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
-
-
-def tar_samples(out: Path) -> dict[str, dict[str, bytes]]:
-    """key -> field -> bytes over every tar shard in OUT, read with tarfile."""
-    samples: dict[str, dict[str, bytes]] = {}
-    for info in read_manifest(out).shards:
-        with tarfile.open(out / info.name) as tar:
-            for member in tar:
-                key, _, field = member.name.partition(".")
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                assert key not in samples or field not in samples[key]
-                samples.setdefault(key, {})[field] = data
-    return samples
 
 
 def rejects(out: Path) -> list[dict[str, object]]:

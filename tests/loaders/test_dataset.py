@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import shutil
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -15,21 +14,12 @@ from dataprep.index import ShardIndex, write_index
 from dataprep.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
 from loaders import ParquetShardDataset, SampleError, SampleIndex, ShardDataset, ShardError
 from loaders.transforms import RandomResizedCropDecode
-
-
-def tar_members(out: Path) -> dict[str, dict[str, bytes]]:
-    samples: dict[str, dict[str, bytes]] = {}
-    for info in read_manifest(out).shards:
-        with tarfile.open(out / info.name) as tar:
-            for member in tar:
-                key, _, field = member.name.partition(".")
-                samples.setdefault(key, {})[field] = tar.extractfile(member).read()  # type: ignore[union-attr]
-    return samples
+from tests.samples import tar_samples
 
 
 def test_round_trip_yields_exactly_the_kept_samples(image_shards):
     ds = ShardDataset(image_shards)
-    expected = tar_members(image_shards)
+    expected = tar_samples(image_shards)
     assert len(ds) == len(expected) == read_manifest(image_shards).totals.samples_kept
     seen = set()
     for i in range(len(ds)):

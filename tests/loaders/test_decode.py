@@ -12,6 +12,7 @@ from loaders import decode
 from loaders.decode import (Backend, active_backend, available_backends, dct_scale_for,
                             decode_crop_resize, decode_rgb, image_size)
 from loaders.errors import ConfigError, SampleError
+from tests.samples import encode
 
 BACKENDS = [b.value for b in available_backends()]
 # Reduced-scale decode vs full decode + Pillow resize on photo-like content: mean absolute
@@ -24,17 +25,10 @@ def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
     return photo_like(height, width, np.random.default_rng(seed))
 
 
-def _encode(pixels: np.ndarray | Image.Image, fmt: str, **params: object) -> bytes:
-    img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-    buffer = io.BytesIO()
-    img.save(buffer, fmt, **params)
-    return buffer.getvalue()
-
-
 @pytest.fixture(scope="module")
 def photo() -> bytes:
     """A 640x480 q90 photo-like JPEG: large enough for 1/2 .. 1/8 reduced decodes."""
-    return _encode(_pixels(480, 640), "JPEG", quality=90)
+    return encode(_pixels(480, 640), "JPEG", quality=90)
 
 
 def _reference(data: bytes, box: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
@@ -69,7 +63,7 @@ def test_dct_scale_for_picks_largest_scale_keeping_output_resolution(region, siz
 
 def test_image_size_reads_header_of_every_format(photo: bytes) -> None:
     assert image_size(photo) == (640, 480)
-    assert image_size(_encode(_pixels(30, 50), "PNG")) == (50, 30)
+    assert image_size(encode(_pixels(30, 50), "PNG")) == (50, 30)
     # The header alone suffices: the scan data may be missing.
     assert image_size(photo[:1000]) == (640, 480)
 
@@ -138,7 +132,7 @@ def test_backends_agree_on_fused_path(photo: bytes) -> None:
 @pytest.mark.parametrize("resample", ["bilinear", "nearest", "lanczos"])
 def test_png_decodes_fully_and_exactly(backend: str, resample: str) -> None:
     pixels = _pixels(120, 160)
-    png = _encode(pixels, "PNG")
+    png = encode(pixels, "PNG")
     np.testing.assert_array_equal(decode_rgb(png, min_size=(10, 10), backend=backend), pixels)
     box, size = (16, 8, 128, 96), (32, 24)
     expected = np.asarray(Image.fromarray(pixels).resize(size, Image.Resampling[resample.upper()],
@@ -150,7 +144,7 @@ def test_png_decodes_fully_and_exactly(backend: str, resample: str) -> None:
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_grayscale_becomes_three_equal_channels(backend: str, fmt: str) -> None:
     grey = _pixels(64, 80)[..., 0]
-    arr = decode_rgb(_encode(grey, fmt), backend=backend)
+    arr = decode_rgb(encode(grey, fmt), backend=backend)
     _check_array(arr, (64, 80, 3))
     assert np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 1], arr[..., 2])
     if fmt == "PNG":
@@ -160,7 +154,7 @@ def test_grayscale_becomes_three_equal_channels(backend: str, fmt: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cmyk_jpeg_converts_like_pillow(backend: str) -> None:
     cmyk = Image.fromarray(_pixels(48, 64)).convert("CMYK")
-    data = _encode(cmyk, "JPEG", quality=95)
+    data = encode(cmyk, "JPEG", quality=95)
     with Image.open(io.BytesIO(data)) as img:
         expected = np.asarray(img.convert("RGB"))
     np.testing.assert_array_equal(decode_rgb(data, backend=backend), expected)
@@ -170,17 +164,17 @@ def test_cmyk_jpeg_converts_like_pillow(backend: str) -> None:
 
 def test_alpha_palette_and_16_bit_modes() -> None:
     rgba = np.dstack([_pixels(20, 30), np.full((20, 30), 7, np.uint8)])
-    np.testing.assert_array_equal(decode_rgb(_encode(rgba, "PNG")), rgba[..., :3])
+    np.testing.assert_array_equal(decode_rgb(encode(rgba, "PNG")), rgba[..., :3])
 
     palette = Image.fromarray(_pixels(20, 30)).convert("P")
     palette.info["transparency"] = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Pillow warns on P -> RGB with transparency; we must not
-        arr = decode_rgb(_encode(palette, "PNG", transparency=0))
+        arr = decode_rgb(encode(palette, "PNG", transparency=0))
     _check_array(arr, (20, 30, 3))
 
     deep = (np.arange(20 * 30, dtype=np.uint16).reshape(20, 30) * 100)
-    arr = decode_rgb(_encode(Image.fromarray(deep), "PNG"))
+    arr = decode_rgb(encode(Image.fromarray(deep), "PNG"))
     np.testing.assert_array_equal(arr[..., 0], (deep >> 8).astype(np.uint8))  # scaled, not clipped at 255
 
 
@@ -199,7 +193,7 @@ def test_mpo_camera_jpeg_decodes_reduced() -> None:
 @pytest.mark.skipif(not features.check("webp"), reason="Pillow built without WebP")
 def test_webp_decodes() -> None:
     pixels = _pixels(40, 60)
-    arr = decode_rgb(_encode(pixels, "WEBP", lossless=True))
+    arr = decode_rgb(encode(pixels, "WEBP", lossless=True))
     np.testing.assert_array_equal(arr, pixels)
 
 

@@ -15,22 +15,16 @@ from loaders.decode import Interpolation
 from loaders.errors import ConfigError, SampleError
 from loaders.transforms import (CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode,
                                 SampleTransform, center_crop_box, random_resized_crop_box)
+from tests.samples import encode
 
 BACKENDS = [b.value for b in decode.available_backends()]
 REDUCED_MAD = 6.0  # mean absolute difference on 0..255 allowed for the reduced-scale decode
 
 
-def _encode(pixels: np.ndarray | Image.Image, fmt: str, **params: object) -> bytes:
-    img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-    buffer = io.BytesIO()
-    img.save(buffer, fmt, **params)
-    return buffer.getvalue()
-
-
 @pytest.fixture(scope="module")
 def photo() -> bytes:
     """A 800x600 q90 photo-like JPEG: crops to 64 px reach every reduced scale."""
-    return _encode(photo_like(600, 800, np.random.default_rng(1)), "JPEG", quality=90)
+    return encode(photo_like(600, 800, np.random.default_rng(1)), "JPEG", quality=90)
 
 
 def _sample(data: bytes, field: str = "jpg", **extra: object) -> dict[str, object]:
@@ -188,7 +182,7 @@ def test_flip_probability_draws_after_the_crop(photo: bytes) -> None:
         plain = never(_sample(photo), np.random.default_rng(seed))["image"]
         mirrored = always(_sample(photo), np.random.default_rng(seed))["image"]
         np.testing.assert_array_equal(mirrored, plain[:, ::-1])
-    small = _encode(photo_like(60, 80, np.random.default_rng(3)), "JPEG")
+    small = encode(photo_like(60, 80, np.random.default_rng(3)), "JPEG")
     half, never8 = RandomResizedCropDecode(8, flip_p=0.5), RandomResizedCropDecode(8, flip_p=0.0)
     flips = sum(not np.array_equal(half(_sample(small), np.random.default_rng(s))["image"],
                                    never8(_sample(small), np.random.default_rng(s))["image"]) for s in range(200))
@@ -198,14 +192,14 @@ def test_flip_probability_draws_after_the_crop(photo: bytes) -> None:
 @pytest.mark.parametrize("field", ["jpg", "jpeg", "png", "webp"])
 def test_image_field_is_found_by_default(field: str) -> None:
     pixels = photo_like(30, 40, np.random.default_rng(0))
-    data = _encode(pixels, "PNG")  # content type does not depend on the field name
+    data = encode(pixels, "PNG")  # content type does not depend on the field name
     out = DecodeImage()({"__key__": "k", field: data}, np.random.default_rng(0))
     np.testing.assert_array_equal(out["image"], pixels)
     assert field not in out
 
 
 def test_explicit_field_and_first_present_wins(photo: bytes) -> None:
-    png = _encode(np.zeros((10, 12, 3), np.uint8), "PNG")
+    png = encode(np.zeros((10, 12, 3), np.uint8), "PNG")
     sample = {"__key__": "k", "png": png, "jpg": photo}
     assert DecodeImage()(sample, np.random.default_rng(0))["image"].shape == (600, 800, 3)  # jpg first
     assert DecodeImage(field="png")(sample, np.random.default_rng(0))["image"].shape == (10, 12, 3)
@@ -243,9 +237,9 @@ def test_missing_image_field_raises_sample_error() -> None:
 
 
 def test_non_rgb_modes_become_rgb() -> None:
-    grey = _encode(np.full((20, 30), 77, np.uint8), "PNG")
-    rgba = _encode(np.full((20, 30, 4), 99, np.uint8), "PNG")
-    cmyk = _encode(Image.new("CMYK", (30, 20), (0, 80, 160, 0)), "JPEG")
+    grey = encode(np.full((20, 30), 77, np.uint8), "PNG")
+    rgba = encode(np.full((20, 30, 4), 99, np.uint8), "PNG")
+    cmyk = encode(Image.new("CMYK", (30, 20), (0, 80, 160, 0)), "JPEG")
     for data in (grey, rgba, cmyk):
         for transform in (DecodeImage(), RandomResizedCropDecode(8), CenterCropDecode(8, resize_short=16)):
             image = transform({"__key__": "k", "jpg": data}, np.random.default_rng(0))["image"]
@@ -257,7 +251,7 @@ def test_non_rgb_modes_become_rgb() -> None:
 @pytest.mark.parametrize(("height", "width"), [(300, 400), (500, 333), (257, 1000), (256, 256)])
 def test_center_crop_exact_geometry_against_resize_then_crop(height: int, width: int) -> None:
     pixels = photo_like(height, width, np.random.default_rng(2))
-    out = CenterCropDecode(224)({"__key__": "k", "png": _encode(pixels, "PNG")}, np.random.default_rng(0))["image"]
+    out = CenterCropDecode(224)({"__key__": "k", "png": encode(pixels, "PNG")}, np.random.default_rng(0))["image"]
     # torchvision: Resize(256) truncates the long side, CenterCrop rounds the offsets.
     if width <= height:
         new_w, new_h = 256, int(256 * height / width)

@@ -9,6 +9,10 @@ import zlib
 import numpy as np
 from PIL import Image
 
+from tests.samples import encode
+
+__all__ = ["decoded", "encode", "jpeg_bytes", "photo", "png_header_only"]
+
 
 def photo(width: int = 96, height: int = 64, seed: int = 0) -> np.ndarray:
     """uint8 [H, W, 3]: smooth colour gradients plus grain, so JPEG scans hold real entropy-coded data."""
@@ -16,12 +20,6 @@ def photo(width: int = 96, height: int = 64, seed: int = 0) -> np.ndarray:
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     base = np.stack([xx / width * 220 + 20, yy / height * 200 + 30, (xx + yy) / (width + height) * 160 + 60], axis=-1)
     return np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
-
-
-def encode(image: Image.Image, fmt: str, **params: object) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **params)
-    return buffer.getvalue()
 
 
 def jpeg_bytes(width: int = 96, height: int = 64, seed: int = 0, **params: object) -> bytes:
