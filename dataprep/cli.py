@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
     g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
     g = p.add_argument_group("run")
-    g.add_argument("--workers", type=_positive, default=default_workers(), help="worker processes (default: all cores)")
+    g.add_argument("--workers", type=_positive, default=default_workers(), help="parallel workers: cleaning threads for media, processes for tables and text (default: all cores)")
     g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
     g.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty OUT")
     g.add_argument("--max-reject-fraction", type=_fraction, help="fail when more than this fraction of inputs is rejected")

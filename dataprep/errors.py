@@ -47,3 +47,6 @@ class WorkerCrashError(DataprepError):
     def __init__(self, message: str, items: list[object]) -> None:
         super().__init__(message)
         self.items = items
+
+    def __reduce__(self) -> tuple[type[WorkerCrashError], tuple[str, list[object]]]:
+        return type(self), (str(self), self.items)  # picklable: it crosses from a forked child

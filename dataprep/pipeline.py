@@ -1,10 +1,16 @@
 """``dataprep shard``: plan -> clean in parallel -> write shards -> manifest, resumable.
 
-The main process owns the order: inputs are cleaned by worker processes
-(``parallel.ordered_map``) and come back in plan order, so shard contents do not depend
-on the number of workers. After every completed shard a checkpoint records how many
-inputs are final; a killed run restarted with the same arguments skips them and ends
-byte-identical to an uninterrupted run.
+One loop owns the order: inputs are cleaned in parallel and come back in plan order, so
+shard contents do not depend on the number of workers. After every completed shard a
+checkpoint records how many inputs are final; a killed run restarted with the same
+arguments skips them and ends byte-identical to an uninterrupted run.
+
+Media inputs (``--workers`` > 1) are cleaned on threads (decoding releases the GIL) in a
+forked child process that also writes the shards, so image bytes are never pickled or
+piped between processes. If a decoder crashes that child, this process runs each input
+that was in flight alone in a process of its own; those that crash again become
+``worker_crash`` rejects and a new child resumes from the last checkpoint. Table rows
+and text, whose cleaning holds the GIL, go to worker processes (``parallel.ordered_map``).
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import closing
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,16 +35,16 @@ from dataprep.checkpoint import (
     save_checkpoint,
     state_dir,
 )
-from dataprep.clean.images import clean_image
+from dataprep.clean.images import clean_image, prepare_threads
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.clean.tables import arrow_schema, clean_row
 from dataprep.clean.text import clean_text, text_digest
 from dataprep.config import OutputFormat, ShardConfig
-from dataprep.errors import RejectBudgetError, UsageError
+from dataprep.errors import RejectBudgetError, UsageError, WorkerCrashError
 from dataprep.fsutil import commit_tmp
 from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, REJECTS_NAME, Manifest, ShardInfo, Totals, write_manifest
-from dataprep.parallel import ordered_map
-from dataprep.plan import Item, Plan, PlannedItems, make_plan
+from dataprep.parallel import InFlight, describe_exit, ordered_map, run_forked, threaded_ordered_map
+from dataprep.plan import Item, Plan, PlannedItems, StreamFactory, make_plan
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 from dataprep.report import Progress, Summary
 from dataprep.sources import Layout, detect_layout
@@ -62,6 +69,32 @@ class CleanContext:
 
 Result = CleanRecord | EncodedSample | Reject
 
+# Inputs submitted to the cleaning threads ahead of the writer, per thread.
+THREAD_WINDOW_PER_WORKER = 32
+
+
+@dataclass(frozen=True)
+class CleaningThreads:
+    """How a run's child cleans media on threads.
+
+    in_flight: positions being cleaned, shared with the supervising parent;
+    crashed: plan position -> the ``worker_crash`` reject of an input known to crash.
+    """
+
+    in_flight: InFlight
+    crashed: Mapping[int, Reject]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work)."""
+
+    totals: Totals
+    shards: tuple[ShardInfo, ...]
+    processed: int
+    bytes_out: int
+    schema: list[dict[str, str]]
+
 
 def clean_item(ctx: CleanContext, item: Item) -> Result:
     """Clean one input (runs in a worker). Rejects found while planning pass through.
@@ -78,6 +111,11 @@ def clean_item(ctx: CleanContext, item: Item) -> Result:
     label_index = ctx.label_map.get(item.label) if ctx.label_map is not None and item.label is not None else None
     result = clean_image(item, ctx.image, label_index)
     return encode_sample(result) if ctx.encode_tar and isinstance(result, CleanRecord) else result
+
+
+def _clean_unless_rejected(ctx: CleanContext, item: Item) -> Result:
+    # Inputs known to crash arrive as their reject and must not reach a decoder again.
+    return item if isinstance(item, Reject) else clean_item(ctx, item)
 
 
 def resolve_format(config: ShardConfig, layout: Layout) -> str:
@@ -110,8 +148,8 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     checkpoint = state.resume or Checkpoint(fingerprint)
     if state.resume is None:
         save_checkpoint(out, checkpoint)
-    run = _Run(config, plan, output_format, checkpoint, progress or Progress(plan.total, enabled=False))
-    totals, shards = run.execute()
+    outcome = _execute(config, plan, output_format, checkpoint, progress or Progress(plan.total, enabled=False))
+    totals, shards = outcome.totals, outcome.shards
     _publish_rejects(out)
     budget = config.max_reject_fraction
     if budget is not None and totals.inputs_seen and totals.rejected / totals.inputs_seen > budget:
@@ -121,23 +159,65 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
         )
     manifest = Manifest(
         format=output_format, layout=str(layout), shards=tuple(shards), totals=totals, command=argv,
-        options=fingerprint, label_map=plan.label_map, schema=run.schema_json(shards), rejects=REJECTS_NAME,
+        options=fingerprint, label_map=plan.label_map, schema=outcome.schema, rejects=REJECTS_NAME,
     )
     write_manifest(out, manifest)
     finish(out)
     elapsed = time.monotonic() - started
     return Summary(
         os.fspath(out), str(layout), output_format, totals, len(shards), sum(s.bytes for s in shards), elapsed,
-        run.processed / elapsed if elapsed else 0.0, run.bytes_out / elapsed / 1e6 if elapsed else 0.0,
+        outcome.processed / elapsed if elapsed else 0.0, outcome.bytes_out / elapsed / 1e6 if elapsed else 0.0,
         resumed_from_shard=checkpoint.next_shard if state.resume is not None else None,
     )
+
+
+def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress) -> RunOutcome:
+    """Run the write loop: here, or for media on several workers in a supervised child (module docstring)."""
+    if config.workers <= 1 or not isinstance(plan.items, PlannedItems):
+        return _Run(config, plan, output_format, checkpoint, progress).execute()
+    in_flight = InFlight(config.workers * THREAD_WINDOW_PER_WORKER)
+    crashed: dict[int, Reject] = {}
+    while True:
+        run = _Run(config, plan, output_format, checkpoint, progress, CleaningThreads(in_flight, dict(crashed)))
+        forked = run_forked(run.execute)
+        if not forked.died:
+            return forked.result()
+        suspects = [p for p in in_flight.positions() if p not in crashed]
+        culprits = _crash_culprits(run.context(), plan.items, suspects)
+        if not culprits:
+            sources = [getattr(plan.items.at(p), "source", "?") for p in suspects]
+            shown = ", ".join(sources[:5]) + (" ..." if len(sources) > 5 else "")
+            raise WorkerCrashError(
+                f"the process cleaning and writing shards died ({describe_exit(forked.exit_status)}) while cleaning "
+                f"{len(sources)} inputs ({shown or 'none'}), none of which crashes when cleaned alone; "
+                f"rerun the same command to resume from the last complete shard",
+                sources,
+            )
+        crashed.update(culprits)
+        in_flight.reset()
+        # Tidy what the dead child left (its open shard, rejects past its last checkpoint).
+        resumed = prepare_output(Path(config.out), config.fingerprint(), overwrite=False).resume
+        checkpoint = resumed or checkpoint
+
+
+def _crash_culprits(ctx: CleanContext, items: PlannedItems, positions: list[int]) -> dict[int, Reject]:
+    """Position -> ``worker_crash`` reject, for each input at ``positions`` that kills a process of its own."""
+    culprits: dict[int, Reject] = {}
+    for position in positions:
+        item = items.at(position)
+        forked = run_forked(clean_item, ctx, item)
+        if forked.died:
+            culprits[position] = crash_reject(item, forked.exit_status)
+    return culprits
 
 
 class _Run:
     """The write loop of one run: results in plan order -> rejects file, writer, checkpoints."""
 
-    def __init__(self, config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress) -> None:
+    def __init__(self, config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress,
+                 threads: CleaningThreads | None = None) -> None:
         self.config, self.plan, self.format, self.checkpoint, self.progress = config, plan, output_format, checkpoint, progress
+        self.threads = threads
         self.out = Path(config.out)
         self.counts: Counter[str] = Counter(checkpoint.totals.rejected_by_reason)
         self.kept = checkpoint.totals.samples_kept
@@ -147,9 +227,11 @@ class _Run:
         self.bytes_out = 0
         self.parquet_schema: pa.Schema | None = None
 
-    def execute(self) -> tuple[Totals, list[ShardInfo]]:
-        ctx = CleanContext(self.plan.layout, self.config.image, self.config.table, self.config.text,
-                           self.plan.label_map, self.plan.table_schema, encode_tar=self.format == FORMAT_WDS)
+    def context(self) -> CleanContext:
+        return CleanContext(self.plan.layout, self.config.image, self.config.table, self.config.text,
+                            self.plan.label_map, self.plan.table_schema, encode_tar=self.format == FORMAT_WDS)
+
+    def execute(self) -> RunOutcome:
         done = self.checkpoint.records_done
         # Media inputs already accounted for are skipped outright; table and text inputs are
         # cleaned again (cheap) because duplicate detection needs what they contained.
@@ -157,8 +239,7 @@ class _Run:
         items = self.plan.items if replay else self.plan.items.iter_from(done)
         position = 0 if replay else done
         rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME
-        with self._writer() as writer, open(rejects_path, "ab") as rejects:
-            results = ordered_map(clean_item, items, context=ctx, workers=self.config.workers, on_crash=crash_reject)
+        with self._writer() as writer, open(rejects_path, "ab") as rejects, closing(self._results(items, position)) as results:
             for result in results:
                 position += 1
                 if replay and position <= done:
@@ -171,7 +252,19 @@ class _Run:
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out, force=True)
         self.progress.close()
         rejected = sum(self.counts.values())
-        return Totals(self.kept + rejected, self.kept, rejected, dict(self.counts)), self.shards
+        totals = Totals(self.kept + rejected, self.kept, rejected, dict(self.counts))
+        return RunOutcome(totals, tuple(self.shards), self.processed, self.bytes_out, self.schema_json(self.shards))
+
+    def _results(self, items: Iterator[Item] | StreamFactory, first: int) -> Generator[Result, None, None]:
+        """Cleaning results in plan order; ``first``: the plan position of the first item."""
+        ctx, workers = self.context(), self.config.workers
+        if self.threads is None:
+            return ordered_map(clean_item, items, context=ctx, workers=workers, on_crash=crash_reject)
+        prepare_threads()
+        crashed = self.threads.crashed
+        items = (crashed.get(position, item) for position, item in enumerate(items, first))
+        return threaded_ordered_map(_clean_unless_rejected, items, context=ctx, workers=workers, window=self.threads.in_flight.slots,
+                                    first_position=first, in_flight=self.threads.in_flight)
 
     def _consume(self, result: Result, writer: ShardWriter, rejects: Any, position: int) -> None:
         self.processed += 1
@@ -265,8 +358,8 @@ def crash_reject(item: Item, exit_status: int | None) -> Reject:
     """The reject of an input whose cleaning killed its worker process (run alone to be sure)."""
     if isinstance(item, Reject):
         return item
-    how = f"killed by signal {-exit_status}" if exit_status is not None and exit_status < 0 else f"exit status {exit_status}"
-    return Reject(item.source, RejectReason.WORKER_CRASH, f"cleaning it alone killed the worker process ({how})", item.row)
+    detail = f"cleaning it alone killed the worker process ({describe_exit(exit_status)})"
+    return Reject(item.source, RejectReason.WORKER_CRASH, detail, item.row)
 
 
 def _row_of(record: CleanRecord) -> int | None:

@@ -89,6 +89,14 @@ class PlannedItems:
         item: Item = pickle.loads(os.pread(fd, end - start, start))
         return item
 
+    def at(self, position: int) -> Item:
+        """The item at ``position`` in plan order."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return self.load(int(self.order[position]), fd)
+        finally:
+            os.close(fd)
+
     def iter_from(self, position: int) -> Iterator[Item]:
         """Items in plan order, skipping the first ``position``."""
         fd = os.open(self.path, os.O_RDONLY)

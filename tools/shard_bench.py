@@ -1,6 +1,6 @@
 """``dataprep shard`` throughput against this machine's single-core cleaning rate x cores.
 
-    python -m tools.shard_bench [--images 300] [--raw DIR] [--workers N] [--repeat 1]
+    python -m tools.shard_bench [--images 2000] [--raw DIR] [--workers N] [--repeat 1]
                                 [--json [PATH]] [--record]
 
 Side by side in one run, over the same raw images (a synthetic image-folder tree of
@@ -11,12 +11,16 @@ Side by side in one run, over the same raw images (a synthetic image-folder tree
    seconds (so other load on a shared machine does not flatter the ideal below);
 2. ``dataprep shard RAW OUT --workers N`` (N = cores available) into a fresh OUT in a
    temporary directory, timed in wall seconds, in this process (interpreter start-up
-   excluded; planning, cleaning, writing, hashing and the manifest included).
+   excluded; planning, cleaning, writing, hashing and the manifest included);
+3. the same with ``--workers 1`` (everything on one core, no threads or processes).
 
 Before both, every raw file is read once so the page cache is warm (the fraction
 resident is reported): the figure is about CPU, not the disk. The result is
 ``ratio = shard images/s / (single-core images/s x min(N, cores))``, against the
-target ``TARGET_RATIO``. ``--record`` appends a dated entry, with the machine, to
+target ``TARGET_RATIO``. Two figures split the gap: ``scaling`` (``--workers N`` against
+``--workers 1`` x min(N, cores): how well the parallel run uses the cores) and
+``serial share`` (single-core cleaning rate against ``--workers 1``: the work a run
+does besides cleaning, such as planning, writing and hashing the shards). ``--record`` appends a dated entry, with the machine, to
 ``tools/RESULTS.md`` and says so.
 """
 
@@ -61,9 +65,10 @@ class ShardBenchReport:
     """Both measurements over ``images`` raw inputs of ``input_bytes`` bytes (files of the images' records).
 
     single_core_cpu_s / single_core_wall_s: cleaning every input in one process; shard_*:
-    the fastest of ``repeat`` ``dataprep shard`` runs with ``workers`` processes (CPU: this
-    process and its workers; others_cpu_s: every other process on the machine meanwhile,
-    None if unknown); resident_after_warmup: fraction of raw pages cached (None: unknown).
+    the fastest of ``repeat`` ``dataprep shard --workers N`` runs (CPU: this process and
+    its children; others_cpu_s: every other process on the machine meanwhile, None if
+    unknown); one_worker_wall_s: the fastest ``--workers 1`` run; resident_after_warmup:
+    fraction of raw pages cached (None: unknown).
     """
 
     raw_dir: str
@@ -81,6 +86,7 @@ class ShardBenchReport:
     samples_kept: int
     rejected: int
     resident_after_warmup: float | None
+    one_worker_wall_s: float
 
     @property
     def single_core_images_per_s(self) -> float:
@@ -101,6 +107,20 @@ class ShardBenchReport:
     @property
     def ratio(self) -> float:
         return self.shard_images_per_s / self.ideal_images_per_s
+
+    @property
+    def one_worker_images_per_s(self) -> float:
+        return self.images / self.one_worker_wall_s
+
+    @property
+    def scaling(self) -> float:
+        """``--workers N`` images/s over ``--workers 1`` images/s x min(N, cores)."""
+        return self.shard_images_per_s / (self.one_worker_images_per_s * min(self.workers, self.cores))
+
+    @property
+    def serial_share(self) -> float:
+        """``--workers 1`` images/s over the single-core cleaning rate: 1 - the share of other work."""
+        return self.one_worker_images_per_s / self.single_core_images_per_s
 
     @property
     def meets_target(self) -> bool:
@@ -134,6 +154,8 @@ class ShardBenchReport:
         return {**asdict(self), "single_core_images_per_s": self.single_core_images_per_s,
                 "shard_images_per_s": self.shard_images_per_s, "shard_input_mb_s": self.shard_input_mb_s,
                 "ideal_images_per_s": self.ideal_images_per_s, "ratio": self.ratio, "target_ratio": TARGET_RATIO,
+                "one_worker_images_per_s": self.one_worker_images_per_s, "scaling": self.scaling,
+                "serial_share": self.serial_share,
                 "cores_used": self.cores_used, "cpu_efficiency": self.cpu_efficiency,
                 "meets_target": self.meets_target, "notes": self.notes()}
 
@@ -238,7 +260,7 @@ def _raw_tree(raw: str | os.PathLike[str] | None, images: int, seed: int) -> Ite
         yield top / "raw" / "images", top, True
 
 
-def measure_shard(*, images: int = 300, raw: str | os.PathLike[str] | None = None, workers: int | None = None,
+def measure_shard(*, images: int = 2000, raw: str | os.PathLike[str] | None = None, workers: int | None = None,
                   repeat: int = 1, seed: int = 0) -> ShardBenchReport:
     """Run both measurements (module docstring); best of ``repeat`` each, alternating.
 
@@ -251,10 +273,11 @@ def measure_shard(*, images: int = 300, raw: str | os.PathLike[str] | None = Non
     workers = cores if workers is None else check_int("workers", workers, 1)
     with _raw_tree(raw, images, seed) as (raw_dir, scratch, generated):
         resident = warm_page_cache(raw_files(raw_dir))
-        singles, runs = [], []
-        for r in range(repeat):  # alternate, so a burst of load elsewhere hits both alike
+        singles, runs, ones = [], [], []
+        for r in range(repeat):  # alternate, so a burst of load elsewhere hits all alike
             singles.append(time_single_core(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan"))
             runs.append(time_shard(raw_dir, scratch / f"out-{r}", workers))
+            ones.append(time_shard(raw_dir, scratch / f"one-{r}", 1))
     count, input_bytes = singles[0][:2]
     single_cpu, single_wall = min(x[2] for x in singles), min(x[3] for x in singles)
     best = min(runs, key=lambda run: run.wall_s)
@@ -263,6 +286,7 @@ def measure_shard(*, images: int = 300, raw: str | os.PathLike[str] | None = Non
         workers=workers, repeat=repeat, single_core_cpu_s=single_cpu, single_core_wall_s=single_wall,
         shard_wall_s=best.wall_s, shard_cpu_s=best.cpu_s, others_cpu_s=best.others_cpu_s,
         samples_kept=best.samples_kept, rejected=best.rejected, resident_after_warmup=resident,
+        one_worker_wall_s=min(run.wall_s for run in ones),
     )
 
 
@@ -276,6 +300,8 @@ def format_report(report: ShardBenchReport) -> str:
         (f"ideal: single core x {min(report.workers, report.cores)}", report.images, None, report.ideal_images_per_s, None),
         (f"dataprep shard --workers {report.workers} (wall)", report.images, report.shard_wall_s, report.shard_images_per_s,
          report.shard_input_mb_s),
+        ("dataprep shard --workers 1 (wall)", report.images, report.one_worker_wall_s, report.one_worker_images_per_s,
+         report.input_bytes / 1e6 / report.one_worker_wall_s),
     ]
     others = "" if report.others_cpu_s is None else f"; other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores"
     verdict = "meets" if report.meets_target else "BELOW"
@@ -284,7 +310,10 @@ def format_report(report: ShardBenchReport) -> str:
              "", format_table(("run", "images", "seconds", "images/s", "input MB/s"), rows),
              "", f"ratio = shard / ideal = {report.ratio:.0%} ({verdict} the {TARGET_RATIO:.0%} target)",
              f"shard run: {report.shard_cpu_s:.2f} CPU s, {report.cores_used:.2f} cores busy{others}; "
-             f"CPU efficiency (cleaning CPU / shard CPU) {report.cpu_efficiency:.0%}"]
+             f"CPU efficiency (cleaning CPU / shard CPU) {report.cpu_efficiency:.0%}",
+             f"split: scaling = workers {report.workers} / (workers 1 x {min(report.workers, report.cores)}) = "
+             f"{report.scaling:.0%}; serial share = workers 1 / single-core cleaning = {report.serial_share:.0%} "
+             f"(the rest of a one-core run: planning, writing, hashing)"]
     return "\n".join(lines + [f"note: {n}" for n in report.notes()])
 
 
@@ -305,6 +334,8 @@ def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt
         f"{'met' if report.meets_target else 'not met'}); {report.cores_used:.2f} cores busy, CPU efficiency "
         f"{report.cpu_efficiency:.0%}" + ("" if report.others_cpu_s is None else
                                           f", other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores") + "\n"
+        f"- `dataprep shard --workers 1`: {report.one_worker_images_per_s:.1f} images/s; scaling {report.scaling:.0%}, "
+        f"serial share {report.serial_share:.0%}\n"
     )
     text = path.read_text(encoding="utf-8") if path.exists() else _RESULTS_HEADER
     atomic_write_bytes(path, (text + entry).encode("utf-8"))
@@ -313,7 +344,7 @@ def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.shard_bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=300, help="synthetic images to generate (default 300)")
+    parser.add_argument("--images", type=int, default=2000, help="synthetic images to generate (default 2000)")
     parser.add_argument("--raw", metavar="DIR", help="shard this raw image tree instead of a synthetic one")
     parser.add_argument("--workers", type=int, help="dataprep shard --workers (default: cores available)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement, best kept (default 1)")

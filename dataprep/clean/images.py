@@ -14,9 +14,12 @@ and the file has an EOI marker after the last scan, which catches truncation and
 overwrites but not damage that leaves the marker structure intact. PNG chunk CRCs and
 the IEND chunk are checked too (``dataprep.clean.structure``): Pillow checks neither.
 
-Runs in worker processes: pure functions of the record and the options. Assumes
-``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` is False (Pillow's default), and briefly changes
-the process's warning filters (``warnings.catch_warnings`` is not thread-safe).
+Pure functions of the record and the options, run on dataprep's cleaning threads (or
+worker processes). Assumes ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` is False (Pillow's
+default). Pillow's ``DecompressionBombWarning`` is silenced (``max_pixels`` is applied
+exactly instead): per call, by briefly changing the warning filters, until
+``prepare_threads`` silences it for the whole process, which is what threads need
+(``warnings.catch_warnings`` is not thread-safe).
 """
 
 from __future__ import annotations
@@ -56,6 +59,22 @@ _MAGIC = (
     (b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
     (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"BM", "BMP"),
 )
+
+
+_bomb_warnings_ignored = False  # set by prepare_threads
+
+
+def prepare_threads() -> None:
+    """Make this process ready to run ``clean_image`` on several threads at once.
+
+    Loads Pillow's plugins up front and ignores ``DecompressionBombWarning`` process-wide
+    for good. Meant for a process of its own (dataprep's cleaning child), called before
+    its threads start.
+    """
+    global _bomb_warnings_ignored
+    Image.init()
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+    _bomb_warnings_ignored = True
 
 
 class _Rejected(Exception):
@@ -222,17 +241,23 @@ def target_size(size: tuple[int, int], opts: ImageOptions) -> tuple[int, int] | 
 
 
 def _open(data: bytes) -> Image.Image:
+    if _bomb_warnings_ignored:
+        return _open_image(data)
     with warnings.catch_warnings():
         # max_pixels is applied exactly by the caller; Pillow's own warning would only add noise.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            return Image.open(io.BytesIO(data), formats=_PIL_FORMATS)
-        except Image.DecompressionBombError as err:
-            raise _Rejected(RejectReason.TOO_LARGE, f"Pillow refuses to open it: {err}") from None
-        except UnidentifiedImageError:
-            raise _unidentified(data) from None
-        except _DECODE_ERRORS as err:
-            raise _decode_failure(data, err, _sniff(data)) from None
+        return _open_image(data)
+
+
+def _open_image(data: bytes) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data), formats=_PIL_FORMATS)
+    except Image.DecompressionBombError as err:
+        raise _Rejected(RejectReason.TOO_LARGE, f"Pillow refuses to open it: {err}") from None
+    except UnidentifiedImageError:
+        raise _unidentified(data) from None
+    except _DECODE_ERRORS as err:
+        raise _decode_failure(data, err, _sniff(data)) from None
 
 
 def _sniff(data: bytes) -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from dataprep.fsutil import commit_tmp, tmp_path_for
+from dataprep.fsutil import commit_tmp, start_writeback, tmp_path_for
 from dataprep.index import SampleEntry, ShardIndex, index_path_for, split_member_name, write_index
 from dataprep.manifest import ShardInfo
 from dataprep.records import CleanRecord
@@ -30,6 +30,9 @@ from dataprep.writers.base import (
 )
 
 TAR_SUFFIX = ".tar"
+# Start the disk writeback of a growing shard every this many bytes, so that closing it
+# (fsync) does not stall the writer while the whole shard goes to disk.
+WRITEBACK_BYTES = 8 * 2**20
 _BLOCK = tarfile.BLOCKSIZE
 _END_OF_ARCHIVE = b"\0" * (2 * _BLOCK)
 _ZEROS = b"\0" * _BLOCK
@@ -139,11 +142,16 @@ class _OpenShard:
     position: int = 0
     entries: list[SampleEntry] = field(default_factory=list)
     keys: set[str] = field(default_factory=set)
+    written_back: int = 0  # bytes whose writeback to disk has been started
 
     def put(self, chunk: bytes) -> None:
         self.fileobj.write(chunk)
         self.digest.update(chunk)
         self.position += len(chunk)
+        if self.position - self.written_back >= WRITEBACK_BYTES:
+            self.fileobj.flush()
+            start_writeback(self.fileobj.fileno(), self.written_back, self.position - self.written_back)
+            self.written_back = self.position
 
     def add(self, sample: EncodedSample) -> None:
         """Append one sample's members and record where each field's data landed."""

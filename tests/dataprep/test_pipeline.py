@@ -337,3 +337,35 @@ def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tre
     assert a.inputs_seen == b.inputs_seen and a.samples_kept == b.samples_kept - 1
     assert set(tar_samples(clean)) - set(tar_samples(crashed)) == {k for k, f in tar_samples(clean).items()
                                                                    if json.loads(f["json"])["__source__"] == victim}
+
+
+def _crash_once(ctx, item):
+    from dataprep import pipeline
+
+    marker = Path(os.environ["SHARDFEED_TEST_CRASHED_ONCE"])
+    if getattr(item, "source", "") == os.environ["SHARDFEED_TEST_CRASH_ON"] and not marker.exists():
+        marker.touch()
+        os._exit(9)  # e.g. the OOM killer: cleaning that input again alone works
+    return pipeline.CLEAN_ITEM(ctx, item)
+
+
+def test_crash_that_does_not_recur_alone_fails_the_run_and_a_rerun_resumes(image_tree, tmp_path, monkeypatch, capsys):
+    from dataprep import pipeline
+
+    victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
+    monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
+    monkeypatch.setenv("SHARDFEED_TEST_CRASHED_ONCE", os.fspath(tmp_path / "crashed-once"))
+    monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
+    monkeypatch.setattr(pipeline, "clean_item", _crash_once)
+    out, clean = tmp_path / "out", tmp_path / "clean"
+    args = ("--workers", "2", "--shard-size", "300KB")
+    assert shard_cli(image_tree, out, *args) == 1
+    err = capsys.readouterr().err
+    assert "died (exit status 9)" in err and "none of which crashes when cleaned alone" in err and victim in err
+    assert not (out / "manifest.json").exists()
+    assert shard_cli(image_tree, out, *args) == 0
+    assert shard_cli(image_tree, clean, *args) == 0
+    names = sorted(p.name for p in clean.iterdir())
+    assert names == sorted(p.name for p in out.iterdir())
+    assert all((clean / n).read_bytes() == (out / n).read_bytes() for n in names if n != "manifest.json")
+    assert read_manifest(out).shards == read_manifest(clean).shards

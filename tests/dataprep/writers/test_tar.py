@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dataprep.errors import UsageError
+from dataprep.fsutil import start_writeback
 from dataprep.index import index_tar, read_index
 from dataprep.manifest import ShardInfo, sha256_file
 from dataprep.records import CleanRecord
@@ -257,3 +258,32 @@ def test_fast_member_header_is_byte_identical_to_tarfile():
               for _ in range(2000)]
     for name, size in cases:
         assert _member_header(name, size) == reference(name, size), (name, size)
+
+
+def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataprep.writers import tar
+
+    calls: list[tuple[int, int, int]] = []
+
+    def record_and_start(fd: int, offset: int, nbytes: int) -> None:
+        calls.append((fd, offset, nbytes))
+        start_writeback(fd, offset, nbytes)  # the real call must accept what the writer passes
+
+    monkeypatch.setattr(tar, "WRITEBACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(tar, "start_writeback", record_and_start)
+    records = make_records(300, max_size=3000)
+    (shard,) = write_all(tmp_path, records)
+    assert len(calls) >= shard.bytes // (64 * 1024) - 1
+    assert [offset for _, offset, _ in calls] == list(itertools.accumulate([0] + [n for _, _, n in calls[:-1]]))
+    assert all(n >= 64 * 1024 for _, _, n in calls) and calls[-1][1] + calls[-1][2] <= shard.bytes
+    assert sha256_file(tmp_path / shard.name) == shard.sha256  # the data is unchanged by it
+    assert [s["__key__"] for s in wds.WebDataset(str(tmp_path / shard.name), shardshuffle=False)] == [r.key for r in records]
+
+
+def test_start_writeback_ignores_empty_ranges_and_works_on_a_real_file(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10_000)
+    with open(path, "rb+") as f:
+        start_writeback(f.fileno(), 0, 0)
+        start_writeback(f.fileno(), 0, 10_000)
+    assert path.read_bytes() == b"x" * 10_000
