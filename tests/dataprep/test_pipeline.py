@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -369,3 +370,22 @@ def test_crash_that_does_not_recur_alone_fails_the_run_and_a_rerun_resumes(image
     assert names == sorted(p.name for p in out.iterdir())
     assert all((clean / n).read_bytes() == (out / n).read_bytes() for n in names if n != "manifest.json")
     assert read_manifest(out).shards == read_manifest(clean).shards
+
+
+def test_interrupt_stops_the_child_and_a_rerun_resumes(image_tree, tmp_path):
+    """SIGINT to the parent alone (as from `kill -INT`): it stops its child, exits 130, leaves no process."""
+    cmd = [sys.executable, "-m", "dataprep.cli", "shard", "../images", "out", "--shard-size", "300KB", "--workers", "2"]
+    (tmp_path / "run").mkdir()
+    proc = subprocess.Popen(cmd, cwd=tmp_path / "run", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    checkpoint = tmp_path / "run" / "out" / ".dataprep" / "checkpoint.json"
+    while proc.poll() is None:
+        if checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("next_shard", 0) >= 2:
+            proc.send_signal(signal.SIGINT)
+            break
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and b"interrupted" in err, err
+    assert not _processes_in(tmp_path / "run"), "the child outlived its interrupted parent"
+    assert not (tmp_path / "run" / "out" / "manifest.json").exists()
+    subprocess.run(cmd, cwd=tmp_path / "run", check=True, capture_output=True)
+    assert main(["verify", os.fspath(tmp_path / "run" / "out")]) == 0
