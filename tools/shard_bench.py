@@ -12,7 +12,12 @@ Side by side in one run, over the same raw images (a synthetic image-folder tree
 2. ``dataprep shard RAW OUT --workers N`` (N = cores available) into a fresh OUT in a
    temporary directory, timed in wall seconds, in this process (interpreter start-up
    excluded; planning, cleaning, writing, hashing and the manifest included);
-3. the same with ``--workers 1`` (everything on one core, no threads or processes).
+3. the same with ``--workers 1`` (everything on one core, no threads or processes);
+4. the write loop alone: up to ``WRITE_LOOP_SAMPLES`` samples cleaned beforehand (not
+   timed), then written into tar shards by one ``TarShardWriter`` (tar framing, sha256,
+   page-cache writes, fsync), timed in wall seconds. One write loop serves all cleaning
+   threads, so its rate divided by the single-core cleaning rate is about the number of
+   cores beyond which ``dataprep shard`` is bound by its writer, not by cleaning.
 
 Before both, every raw file is read once so the page cache is warm (the fraction
 resident is reported): the figure is about CPU, not the disk. The result is
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import os
 import resource
 import sys
@@ -48,6 +54,7 @@ from dataprep.plan import make_plan
 from dataprep.records import CleanRecord, RawRecord
 from dataprep.sources import Layout, detect_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
+from dataprep.writers import EncodedSample, TarShardWriter
 from loaders.topology import cpus_available
 from tools._pagecache import resident_fraction
 from tools._report import ToolError, check_int, emit, format_table, machine_info
@@ -58,6 +65,7 @@ RESULTS_PATH = Path(__file__).with_name("RESULTS.md")
 _RESULTS_HEADER = "# Measured results\n\nEntries appended by `python -m tools.<name> --record`; newest last.\n"
 _RESIDENCY_MAX_FILES = 1000  # mincore costs 3 syscalls a file: a large tree is sampled evenly
 _CHUNK = 1 << 20
+WRITE_LOOP_SAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ class ShardBenchReport:
     rejected: int
     resident_after_warmup: float | None
     one_worker_wall_s: float
+    write_loop_samples: int
+    write_loop_wall_s: float
 
     @property
     def single_core_images_per_s(self) -> float:
@@ -123,6 +133,15 @@ class ShardBenchReport:
         return self.one_worker_images_per_s / self.single_core_images_per_s
 
     @property
+    def write_loop_images_per_s(self) -> float:
+        return self.write_loop_samples / self.write_loop_wall_s
+
+    @property
+    def writer_bound_cores(self) -> float:
+        """Cores of cleaning (at the single-core rate) that one write loop keeps up with."""
+        return self.write_loop_images_per_s / self.single_core_images_per_s
+
+    @property
     def meets_target(self) -> bool:
         return self.ratio >= TARGET_RATIO
 
@@ -155,7 +174,8 @@ class ShardBenchReport:
                 "shard_images_per_s": self.shard_images_per_s, "shard_input_mb_s": self.shard_input_mb_s,
                 "ideal_images_per_s": self.ideal_images_per_s, "ratio": self.ratio, "target_ratio": TARGET_RATIO,
                 "one_worker_images_per_s": self.one_worker_images_per_s, "scaling": self.scaling,
-                "serial_share": self.serial_share,
+                "serial_share": self.serial_share, "write_loop_images_per_s": self.write_loop_images_per_s,
+                "writer_bound_cores": self.writer_bound_cores,
                 "cores_used": self.cores_used, "cpu_efficiency": self.cpu_efficiency,
                 "meets_target": self.meets_target, "notes": self.notes()}
 
@@ -205,6 +225,30 @@ def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, fl
     if kept == 0:
         raise ToolError(f"{config.raw}: cleaning kept none of {len(items)} inputs: nothing to shard")
     return len(items), input_bytes, max(cpu, 1e-9), max(wall, 1e-9)
+
+
+def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path, max_samples: int = WRITE_LOOP_SAMPLES) -> tuple[int, float]:
+    """(samples, wall s) of writing up to ``max_samples`` cleaned samples of ``config`` into tar shards in ``out_dir``.
+
+    Planning and cleaning (with tar members serialised, as workers do) are not timed. The
+    time includes the final fsync: where the disk writes slower than the loop, it is the
+    disk's rate.
+    """
+    layout = config.layout or detect_layout(Path(config.raw))
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(config, layout, spill_dir)
+    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema, encode_tar=True)
+    samples = [s for s in (clean_item(ctx, item) for item in itertools.islice(plan.items.iter_from(0), max_samples))
+               if isinstance(s, EncodedSample)]
+    os.sync()  # the shards of earlier runs still going to disk would slow this one's fsync
+    wall = time.perf_counter()
+    with TarShardWriter(out_dir, max_shard_bytes=config.max_shard_bytes,
+                        max_samples_per_shard=config.max_samples_per_shard) as writer:
+        for sample in samples:
+            writer.write(sample)
+        writer.close()
+    return len(samples), max(time.perf_counter() - wall, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -278,6 +322,8 @@ def measure_shard(*, images: int = 2000, raw: str | os.PathLike[str] | None = No
             singles.append(time_single_core(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan"))
             runs.append(time_shard(raw_dir, scratch / f"out-{r}", workers))
             ones.append(time_shard(raw_dir, scratch / f"one-{r}", 1))
+        written, write_s = time_write_loop(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan",
+                                           scratch / "write-loop")
     count, input_bytes = singles[0][:2]
     single_cpu, single_wall = min(x[2] for x in singles), min(x[3] for x in singles)
     best = min(runs, key=lambda run: run.wall_s)
@@ -286,7 +332,7 @@ def measure_shard(*, images: int = 2000, raw: str | os.PathLike[str] | None = No
         workers=workers, repeat=repeat, single_core_cpu_s=single_cpu, single_core_wall_s=single_wall,
         shard_wall_s=best.wall_s, shard_cpu_s=best.cpu_s, others_cpu_s=best.others_cpu_s,
         samples_kept=best.samples_kept, rejected=best.rejected, resident_after_warmup=resident,
-        one_worker_wall_s=min(run.wall_s for run in ones),
+        one_worker_wall_s=min(run.wall_s for run in ones), write_loop_samples=written, write_loop_wall_s=write_s,
     )
 
 
@@ -302,6 +348,8 @@ def format_report(report: ShardBenchReport) -> str:
          report.shard_input_mb_s),
         ("dataprep shard --workers 1 (wall)", report.images, report.one_worker_wall_s, report.one_worker_images_per_s,
          report.input_bytes / 1e6 / report.one_worker_wall_s),
+        ("write loop alone: tar + sha256 + fsync (wall)", report.write_loop_samples, report.write_loop_wall_s,
+         report.write_loop_images_per_s, None),
     ]
     others = "" if report.others_cpu_s is None else f"; other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores"
     verdict = "meets" if report.meets_target else "BELOW"
@@ -313,7 +361,9 @@ def format_report(report: ShardBenchReport) -> str:
              f"CPU efficiency (cleaning CPU / shard CPU) {report.cpu_efficiency:.0%}",
              f"split: scaling = workers {report.workers} / (workers 1 x {min(report.workers, report.cores)}) = "
              f"{report.scaling:.0%}; serial share = workers 1 / single-core cleaning = {report.serial_share:.0%} "
-             f"(the rest of a one-core run: planning, writing, hashing)"]
+             f"(the rest of a one-core run: planning, writing, hashing)",
+             f"writer bound: one write loop keeps up with ~{report.writer_bound_cores:.0f} cores of cleaning at this "
+             f"single-core rate; beyond that, more cores do not make dataprep shard faster"]
     return "\n".join(lines + [f"note: {n}" for n in report.notes()])
 
 
@@ -336,6 +386,8 @@ def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt
                                           f", other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores") + "\n"
         f"- `dataprep shard --workers 1`: {report.one_worker_images_per_s:.1f} images/s; scaling {report.scaling:.0%}, "
         f"serial share {report.serial_share:.0%}\n"
+        f"- write loop alone: {report.write_loop_images_per_s:.0f} images/s, keeps up with ~{report.writer_bound_cores:.0f} "
+        f"cores of cleaning\n"
     )
     text = path.read_text(encoding="utf-8") if path.exists() else _RESULTS_HEADER
     atomic_write_bytes(path, (text + entry).encode("utf-8"))

@@ -30,6 +30,8 @@ def test_both_runs_cover_the_same_images_and_the_ratio_is_consistent(report: Sha
     assert 0 < report.ratio < 2 and 0 < report.cpu_efficiency < 2 and report.cores_used > 0
     assert report.meets_target == (report.ratio >= TARGET_RATIO)
     assert report.one_worker_wall_s > 0
+    assert report.write_loop_samples == report.samples_kept and report.write_loop_wall_s > 0
+    assert report.writer_bound_cores == pytest.approx(report.write_loop_images_per_s / report.single_core_images_per_s)
     assert report.scaling == pytest.approx(report.shard_images_per_s / report.one_worker_images_per_s)  # workers=1
     assert report.serial_share == pytest.approx(report.one_worker_images_per_s / report.single_core_images_per_s)
     assert report.resident_after_warmup is None or report.resident_after_warmup > 0.99
@@ -38,6 +40,7 @@ def test_both_runs_cover_the_same_images_and_the_ratio_is_consistent(report: Sha
 def test_table_states_the_warm_cache_and_the_verdict(report: ShardBenchReport) -> None:
     text = format_report(report)
     assert "page cache warmed first" in text and "ratio = shard / ideal" in text
+    assert "write loop alone" in text and f"keeps up with ~{report.writer_bound_cores:.0f} cores" in text
     assert "dataprep shard --workers 1 (wall)" in text and f"scaling = workers 1 / (workers 1 x 1) = {report.scaling:.0%}" in text
     assert ("meets" if report.meets_target else "BELOW") in text and f"{TARGET_RATIO:.0%} target" in text
 
