@@ -14,7 +14,10 @@ while the consumer's kernels may still read it.
 Pageable CPU tensors go through a staging buffer from a ``PinnedBufferPool`` (an
 asynchronous copy needs page-locked memory); the buffer returns to the pool once the
 event of the copy that reads it has completed. Pinned inputs are copied directly: torch's
-caching host allocator already keeps a pinned block alive until its recorded copy ends.
+caching host allocator already keeps a pinned block alive until its recorded copy ends
+(it does not stop a producer that writes into the same tensor again: hand over fresh ones).
+Inputs already on the device were written on the consumer's stream: the copy stream waits
+for that stream (captured outside the copy stream's scope) and records them as its own use.
 
 Without CUDA the same control flow runs with no-op stream and event operations
 (``_HostStreams``), staging included, so the logic is tested on any machine.
@@ -83,8 +86,10 @@ class _Streams(Protocol):
         """Make the consumer's stream wait for ``event`` and mark ``tensors`` as used by it."""
         ...
 
-    def wait_for_consumer(self) -> None:
-        """Order the side stream after work already enqueued on the consumer's stream."""
+    def wait_for_consumer(self, tensors: list[torch.Tensor]) -> None:
+        """Order the side stream after the work enqueued so far on the consumer's stream,
+        which wrote ``tensors`` (inputs already on the device), and mark them as used by
+        the side stream. Called outside ``copy_scope``, where the consumer's stream is current."""
         ...
 
 
@@ -110,7 +115,7 @@ class _HostStreams:
     def hand_over(self, event: Event, tensors: list[torch.Tensor]) -> None:
         event.synchronize()
 
-    def wait_for_consumer(self) -> None:
+    def wait_for_consumer(self, tensors: list[torch.Tensor]) -> None:
         return None
 
 
@@ -136,8 +141,13 @@ class _CudaStreams:
             if tensor.is_cuda:
                 tensor.record_stream(consumer)
 
-    def wait_for_consumer(self) -> None:
+    def wait_for_consumer(self, tensors: list[torch.Tensor]) -> None:
         self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        for tensor in tensors:
+            # The consumer may drop its reference while the side stream still reads the
+            # tensor: keep its block from being reused before that work ends.
+            if tensor.is_cuda:
+                tensor.record_stream(self.copy_stream)
 
 
 @dataclass(slots=True)
@@ -157,7 +167,8 @@ class DevicePrefetcher(Generic[T]):
     device: target device. CUDA uses a side stream and events; any other device copies
         synchronously through the same code path.
     depth: batches pulled from ``batches`` and enqueued ahead of the one the consumer
-        holds (>= 0; 0 copies on demand). Device memory holds up to ``depth + 1`` batches.
+        holds (>= 0; 0 copies on demand). Device memory holds ``depth + 1`` batches, and
+        one more while ``next()`` runs if the consumer still holds the previous batch.
     transform: called on each batch once it is on the device, on the copy stream (for
         example an ``Augment``), so it overlaps the consumer's work on the previous batch.
     non_blocking: asynchronous host-to-device copies (needs pinned memory: pageable
@@ -264,10 +275,13 @@ class DevicePrefetcher(Generic[T]):
                 closer()
 
     def _enqueue(self, batch: Any, streams: _Streams) -> _InFlight:
+        on_device = [t for t in _tensors_in(batch) if t.device == self.device]
+        if on_device:
+            # Inputs already on the device were written on the consumer's stream. Before
+            # copy_scope: inside it the current stream is the copy stream itself, and
+            # waiting on it would order nothing.
+            streams.wait_for_consumer(on_device)
         with streams.copy_scope():
-            if any(t.device == self.device for t in _tensors_in(batch)):
-                # Inputs already on the device were written on the consumer's stream.
-                streams.wait_for_consumer()
             moved = map_tensors(batch, lambda t: self._copy(t, streams))
             if self.transform is not None:
                 moved = self.transform(moved)

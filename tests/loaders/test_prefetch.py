@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict, namedtuple
 from collections.abc import Iterator
 from typing import Any
@@ -256,6 +257,49 @@ def test_cuda_transform_runs_on_the_side_stream_and_the_consumer_waits_for_it() 
     batches = [torch.full((256, 256), k, dtype=torch.uint8) for k in range(4)]
     sums = [b.sum() for b in DevicePrefetcher(batches, "cuda", transform=slow_transform)]
     assert all(s != consumer for s in streams)
+    assert [int(s) for s in sums] == [(k + 1) * 256 * 256 for k in range(4)]
+
+
+class ScopeRecordingStreams(prefetch._HostStreams):
+    """Host streams noting where ``wait_for_consumer`` is called: inside ``copy_scope`` the
+    current CUDA stream is the copy stream, so a wait there would order nothing."""
+
+    def __init__(self) -> None:
+        self.in_scope = False
+        self.waits: list[tuple[bool, list[int]]] = []
+
+    @contextlib.contextmanager
+    def copy_scope(self) -> Iterator[None]:
+        self.in_scope = True
+        try:
+            yield
+        finally:
+            self.in_scope = False
+
+    def wait_for_consumer(self, tensors: list[torch.Tensor]) -> None:
+        self.waits.append((self.in_scope, [t.data_ptr() for t in tensors]))
+
+
+def test_inputs_already_on_the_device_make_the_copy_stream_wait_outside_its_scope() -> None:
+    batches = [{"image": torch.full((2,), k), "nested": [torch.zeros(1)], "step": k} for k in range(3)]
+    prefetcher = DevicePrefetcher(batches, "cpu")
+    streams = ScopeRecordingStreams()
+    prefetcher._streams = streams  # what __iter__ would create: CUDA streams on a GPU
+    assert [b["step"] for b in prefetcher] == [0, 1, 2]
+    assert streams.waits == [
+        (False, [b["image"].data_ptr(), b["nested"][0].data_ptr()]) for b in batches
+    ]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_inputs_written_on_the_consumer_stream_are_read_after_that_write() -> None:
+    def source() -> Iterator[torch.Tensor]:
+        for k in range(4):
+            torch.cuda._sleep(50_000_000)  # the consumer's stream is busy; the fill comes after
+            yield torch.full((256, 256), float(k), device="cuda")
+
+    sums = [b.sum() for b in DevicePrefetcher(source(), "cuda", transform=lambda batch: batch + 1)]
     assert [int(s) for s in sums] == [(k + 1) * 256 * 256 for k in range(4)]
 
 

@@ -1,4 +1,4 @@
-"""tools.gpu_bench: --smoke runs parts 1 and 2 on the CPU, JSON report, --record only on request."""
+"""tools.gpu_bench: --smoke runs parts 1-3 on the CPU, JSON report, --record only on request."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from tools import gpu_bench
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def test_resnet50_has_the_standard_parameter_count_and_output() -> None:
@@ -42,13 +44,70 @@ def test_record_appends_to_results_md(tmp_path: Path, monkeypatch: pytest.Monkey
     assert gpu_bench.main(["--smoke", "--parts", "1", "--record"]) == 0
     text = results_md.read_text()
     assert text.startswith("# earlier results\n") and "## gpu_bench" in text and "host-to-device" in text
+    assert f"torch {torch.__version__}" in text and "`python -m tools.gpu_bench --smoke --parts 1 --record`" in text
 
 
-def test_end_to_end_part_runs_or_says_why_not(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_bench.main(["--smoke", "--steps", "1", "--parts", "3", "--workers", "1"]) == 0
+def test_end_to_end_part_trains_from_its_own_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    assert gpu_bench.main(["--smoke", "--steps", "1", "--parts", "3", "--workers", "1", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "3. end to end" in printed
-    assert "skipped (loaders API not importable" in printed or "ceiling" in printed
+    assert "3. end to end" in printed and "ceiling" in printed
+    (row,) = json.loads(out.read_text())["results"]["end_to_end"]["fed"]
+    assert row["num_workers"] == 1 and row["steps"] == 1 and row["img_s"] > 0 and 0 <= row["wait_fraction"] <= 1
+
+
+def test_cycled_indices_are_shuffled_passes_over_every_sample() -> None:
+    indices = gpu_bench.cycled_indices(5, 12)
+    assert len(indices) == 12 and all(isinstance(i, int) for i in indices)
+    assert sorted(indices[:5]) == sorted(indices[5:10]) == list(range(5))
+    assert indices == gpu_bench.cycled_indices(5, 12)  # seeded
+    with pytest.raises(gpu_bench.ToolError, match="no samples"):
+        gpu_bench.cycled_indices(0, 3)
+
+
+def test_decode_part_without_cuda_is_skipped_without_making_shards(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU path")
+
+    def no_shards(*args: object) -> Path:
+        raise AssertionError("part 4 alone made shards on the CPU")
+
+    monkeypatch.setattr(gpu_bench, "make_shards", no_shards)
+    assert gpu_bench.main(["--smoke", "--parts", "4"]) == 0
+    assert "4. JPEG decode on the GPU: skipped" in capsys.readouterr().out
+
+
+def test_failing_shard_creation_skips_part_3_and_keeps_the_others(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(*args: object) -> Path:
+        raise gpu_bench.ToolError("dataprep shard failed (1): no space left")
+
+    monkeypatch.setattr(gpu_bench, "make_shards", broken)
+    assert gpu_bench.main(["--smoke", "--steps", "1", "--parts", "1,3"]) == 0
+    printed = capsys.readouterr().out
+    assert "1. host-to-device copy" in printed and "3. end to end: skipped (making synthetic shards failed" in printed
+
+
+def test_missing_shards_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_bench.main(["--smoke", "--parts", "3", "--shards", str(tmp_path / "absent")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_smoke_run_on_cuda_measures_every_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_bench, "RESULTS_MD", tmp_path / "RESULTS.md")
+    out = tmp_path / "report.json"
+    assert gpu_bench.main(["--smoke", "--steps", "2", "--workers", "1,2", "--json", str(out), "--record"]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert results["device"] == torch.cuda.get_device_name() and results["cuda"] == torch.version.cuda
+    assert {(r["dtype"], r["host"]) for r in results["h2d"]} == {
+        (d, h) for d in ("uint8", "float32") for h in ("pinned", "pageable")}
+    assert all(a["ms"] > 0 for a in results["augment"]["augment"])
+    assert [r["num_workers"] for r in results["end_to_end"]["fed"]] == [1, 2]
+    assert "gpu_decode" in results
+    assert results["device"] in (tmp_path / "RESULTS.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
