@@ -15,9 +15,11 @@ Side by side in one run, over the same raw images (a synthetic image-folder tree
 3. the same with ``--workers 1`` (everything on one core, no threads or processes);
 4. the write loop alone: up to ``WRITE_LOOP_SAMPLES`` samples cleaned beforehand (not
    timed), then written into tar shards by one ``TarShardWriter`` (tar framing, sha256,
-   page-cache writes, fsync), timed in wall seconds. One write loop serves all cleaning
-   threads, so its rate divided by the single-core cleaning rate is about the number of
-   cores beyond which ``dataprep shard`` is bound by its writer, not by cleaning.
+   page-cache writes, fsync), timed in CPU seconds of its thread and in wall seconds (the
+   wall time includes waiting for the disk). One write loop serves all cleaning threads,
+   so its CPU rate divided by the single-core cleaning rate is about the number of cores
+   beyond which ``dataprep shard`` is bound by its writer, not by cleaning; its wall rate
+   is what this disk allowed.
 
 Before both, every raw file is read once so the page cache is warm (the fraction
 resident is reported): the figure is about CPU, not the disk. The result is
@@ -96,6 +98,8 @@ class ShardBenchReport:
     resident_after_warmup: float | None
     one_worker_wall_s: float
     write_loop_samples: int
+    write_loop_bytes: int
+    write_loop_cpu_s: float
     write_loop_wall_s: float
 
     @property
@@ -134,11 +138,17 @@ class ShardBenchReport:
 
     @property
     def write_loop_images_per_s(self) -> float:
-        return self.write_loop_samples / self.write_loop_wall_s
+        """Samples per CPU second of the write loop's thread."""
+        return self.write_loop_samples / self.write_loop_cpu_s
+
+    @property
+    def write_loop_disk_mb_s(self) -> float:
+        """Shard MB per wall second of the write loop, final fsync included."""
+        return self.write_loop_bytes / 1e6 / self.write_loop_wall_s
 
     @property
     def writer_bound_cores(self) -> float:
-        """Cores of cleaning (at the single-core rate) that one write loop keeps up with."""
+        """Cores of cleaning (at the single-core rate) that one write loop's CPU keeps up with."""
         return self.write_loop_images_per_s / self.single_core_images_per_s
 
     @property
@@ -175,6 +185,7 @@ class ShardBenchReport:
                 "ideal_images_per_s": self.ideal_images_per_s, "ratio": self.ratio, "target_ratio": TARGET_RATIO,
                 "one_worker_images_per_s": self.one_worker_images_per_s, "scaling": self.scaling,
                 "serial_share": self.serial_share, "write_loop_images_per_s": self.write_loop_images_per_s,
+                "write_loop_disk_mb_s": self.write_loop_disk_mb_s,
                 "writer_bound_cores": self.writer_bound_cores,
                 "cores_used": self.cores_used, "cpu_efficiency": self.cpu_efficiency,
                 "meets_target": self.meets_target, "notes": self.notes()}
@@ -227,12 +238,13 @@ def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, fl
     return len(items), input_bytes, max(cpu, 1e-9), max(wall, 1e-9)
 
 
-def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path, max_samples: int = WRITE_LOOP_SAMPLES) -> tuple[int, float]:
-    """(samples, wall s) of writing up to ``max_samples`` cleaned samples of ``config`` into tar shards in ``out_dir``.
+def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path,
+                    max_samples: int = WRITE_LOOP_SAMPLES) -> tuple[int, int, float, float]:
+    """(samples, shard bytes, thread CPU s, wall s) of writing up to ``max_samples`` cleaned
+    samples of ``config`` into tar shards in ``out_dir``.
 
     Planning and cleaning (with tar members serialised, as workers do) are not timed. The
-    time includes the final fsync: where the disk writes slower than the loop, it is the
-    disk's rate.
+    wall time includes the final fsync, so waiting for the disk.
     """
     layout = config.layout or detect_layout(Path(config.raw))
     spill_dir.mkdir(parents=True, exist_ok=True)
@@ -241,14 +253,26 @@ def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path, max_sam
     ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema, encode_tar=True)
     samples = [s for s in (clean_item(ctx, item) for item in itertools.islice(plan.items.iter_from(0), max_samples))
                if isinstance(s, EncodedSample)]
-    os.sync()  # the shards of earlier runs still going to disk would slow this one's fsync
-    wall = time.perf_counter()
-    with TarShardWriter(out_dir, max_shard_bytes=config.max_shard_bytes,
-                        max_samples_per_shard=config.max_samples_per_shard) as writer:
-        for sample in samples:
-            writer.write(sample)
-        writer.close()
-    return len(samples), max(time.perf_counter() - wall, 1e-9)
+    best: tuple[int, float, float] | None = None
+    # Twice, the faster kept: on a VM that hands freed memory back to its host, the first
+    # pass pays for faulting the page cache's pages back in (seen here: 3x the CPU).
+    for attempt in range(2):
+        target = out_dir / str(attempt)
+        target.mkdir()
+        os.sync()  # the shards of earlier runs still going to disk would slow this one's fsync
+        wall, cpu = time.perf_counter(), time.thread_time()
+        with TarShardWriter(target, max_shard_bytes=config.max_shard_bytes,
+                            max_samples_per_shard=config.max_samples_per_shard) as writer:
+            for sample in samples:
+                writer.write(sample)
+            writer.close()
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        if best is None or cpu < best[1]:
+            best = (sum(s.bytes for s in writer.shards), max(cpu, 1e-9), max(wall, 1e-9))
+        for shard_file in target.iterdir():
+            shard_file.unlink()
+    assert best is not None
+    return len(samples), *best
 
 
 @dataclass(frozen=True)
@@ -316,13 +340,18 @@ def measure_shard(*, images: int = 2000, raw: str | os.PathLike[str] | None = No
     cores = cpus_available()
     workers = cores if workers is None else check_int("workers", workers, 1)
     with _raw_tree(raw, images, seed) as (raw_dir, scratch, generated):
-        resident = warm_page_cache(raw_files(raw_dir))
+        files = raw_files(raw_dir)
+        resident = warm_page_cache(files)
         singles, runs, ones = [], [], []
         for r in range(repeat):  # alternate, so a burst of load elsewhere hits all alike
+            # Warmed again before each run: some VMs hand idle page cache back to their host.
             singles.append(time_single_core(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan"))
+            warm_page_cache(files)
             runs.append(time_shard(raw_dir, scratch / f"out-{r}", workers))
+            warm_page_cache(files)
             ones.append(time_shard(raw_dir, scratch / f"one-{r}", 1))
-        written, write_s = time_write_loop(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan",
+            warm_page_cache(files)
+        written, written_bytes, write_cpu_s, write_wall_s = time_write_loop(shard_config(raw_dir, scratch / "unused", workers), scratch / "plan",
                                            scratch / "write-loop")
     count, input_bytes = singles[0][:2]
     single_cpu, single_wall = min(x[2] for x in singles), min(x[3] for x in singles)
@@ -332,7 +361,8 @@ def measure_shard(*, images: int = 2000, raw: str | os.PathLike[str] | None = No
         workers=workers, repeat=repeat, single_core_cpu_s=single_cpu, single_core_wall_s=single_wall,
         shard_wall_s=best.wall_s, shard_cpu_s=best.cpu_s, others_cpu_s=best.others_cpu_s,
         samples_kept=best.samples_kept, rejected=best.rejected, resident_after_warmup=resident,
-        one_worker_wall_s=min(run.wall_s for run in ones), write_loop_samples=written, write_loop_wall_s=write_s,
+        one_worker_wall_s=min(run.wall_s for run in ones), write_loop_samples=written,
+        write_loop_bytes=written_bytes, write_loop_cpu_s=write_cpu_s, write_loop_wall_s=write_wall_s,
     )
 
 
@@ -348,7 +378,7 @@ def format_report(report: ShardBenchReport) -> str:
          report.shard_input_mb_s),
         ("dataprep shard --workers 1 (wall)", report.images, report.one_worker_wall_s, report.one_worker_images_per_s,
          report.input_bytes / 1e6 / report.one_worker_wall_s),
-        ("write loop alone: tar + sha256 + fsync (wall)", report.write_loop_samples, report.write_loop_wall_s,
+        ("write loop alone: tar + sha256 (CPU time)", report.write_loop_samples, report.write_loop_cpu_s,
          report.write_loop_images_per_s, None),
     ]
     others = "" if report.others_cpu_s is None else f"; other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores"
@@ -362,8 +392,9 @@ def format_report(report: ShardBenchReport) -> str:
              f"split: scaling = workers {report.workers} / (workers 1 x {min(report.workers, report.cores)}) = "
              f"{report.scaling:.0%}; serial share = workers 1 / single-core cleaning = {report.serial_share:.0%} "
              f"(the rest of a one-core run: planning, writing, hashing)",
-             f"writer bound: one write loop keeps up with ~{report.writer_bound_cores:.0f} cores of cleaning at this "
-             f"single-core rate; beyond that, more cores do not make dataprep shard faster"]
+             f"writer bound: one write loop's CPU keeps up with ~{report.writer_bound_cores:.0f} cores of cleaning at this "
+             f"single-core rate; beyond that, more cores do not make dataprep shard faster; this disk took its shards "
+             f"at {report.write_loop_disk_mb_s:.0f} MB/s (fsync included)"]
     return "\n".join(lines + [f"note: {n}" for n in report.notes()])
 
 
@@ -386,8 +417,8 @@ def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt
                                           f", other processes {report.others_cpu_s / report.shard_wall_s:.1f} cores") + "\n"
         f"- `dataprep shard --workers 1`: {report.one_worker_images_per_s:.1f} images/s; scaling {report.scaling:.0%}, "
         f"serial share {report.serial_share:.0%}\n"
-        f"- write loop alone: {report.write_loop_images_per_s:.0f} images/s, keeps up with ~{report.writer_bound_cores:.0f} "
-        f"cores of cleaning\n"
+        f"- write loop alone: {report.write_loop_images_per_s:.0f} images/s per CPU second, keeps up with "
+        f"~{report.writer_bound_cores:.0f} cores of cleaning; disk {report.write_loop_disk_mb_s:.0f} MB/s\n"
     )
     text = path.read_text(encoding="utf-8") if path.exists() else _RESULTS_HEADER
     atomic_write_bytes(path, (text + entry).encode("utf-8"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dataprep.manifest import read_manifest
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from tools import shard_bench
 from tools._report import ToolError
@@ -30,7 +31,10 @@ def test_both_runs_cover_the_same_images_and_the_ratio_is_consistent(report: Sha
     assert 0 < report.ratio < 2 and 0 < report.cpu_efficiency < 2 and report.cores_used > 0
     assert report.meets_target == (report.ratio >= TARGET_RATIO)
     assert report.one_worker_wall_s > 0
-    assert report.write_loop_samples == report.samples_kept and report.write_loop_wall_s > 0
+    assert report.write_loop_samples == report.samples_kept and report.write_loop_wall_s > 0 and report.write_loop_cpu_s > 0
+    # The same samples as `dataprep shard` wrote into the fixture's 3 shards, in one shard: one end-of-archive, not 3.
+    shards = read_manifest(sharded[1]).shards
+    assert report.write_loop_bytes == sum(s.bytes for s in shards) - 1024 * (len(shards) - 1)
     assert report.writer_bound_cores == pytest.approx(report.write_loop_images_per_s / report.single_core_images_per_s)
     assert report.scaling == pytest.approx(report.shard_images_per_s / report.one_worker_images_per_s)  # workers=1
     assert report.serial_share == pytest.approx(report.one_worker_images_per_s / report.single_core_images_per_s)
