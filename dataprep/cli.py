@@ -203,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataprepError as err:
         print(f"dataprep: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
+    except OSError as err:  # disk full, permissions, I/O errors: the notes say which file and sample
+        print("; ".join([f"dataprep: error: {err}", *getattr(err, "__notes__", [])]), file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -389,3 +390,26 @@ def test_interrupt_stops_the_child_and_a_rerun_resumes(image_tree, tmp_path):
     assert not (tmp_path / "run" / "out" / "manifest.json").exists()
     subprocess.run(cmd, cwd=tmp_path / "run", check=True, capture_output=True)
     assert main(["verify", os.fspath(tmp_path / "run" / "out")]) == 0
+
+
+def test_disk_full_in_the_writing_child_fails_cleanly_and_a_rerun_resumes(image_tree, tmp_path, monkeypatch, capsys):
+    from dataprep.writers import tar
+
+    real_put = tar._OpenShard.put
+
+    def put_until_full(self, chunk):
+        if self.name.endswith("000003.tar"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_put(self, chunk)
+
+    monkeypatch.setattr(tar._OpenShard, "put", put_until_full)
+    out = tmp_path / "out"
+    args = ("--workers", "2", "--shard-size", "300KB")
+    assert shard_cli(image_tree, out, *args) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and ".shard-000003.tar.tmp" in err and "while writing sample" in err, err
+    assert not (out / "manifest.json").exists() and not (out / ".shard-000003.tar.tmp").exists()
+    assert (out / "shard-000002.tar").exists()  # completed shards stay
+    monkeypatch.setattr(tar._OpenShard, "put", real_put)
+    assert shard_cli(image_tree, out, *args) == 0
+    assert main(["verify", os.fspath(out)]) == 0
