@@ -50,7 +50,8 @@ class LoaderOptions:
     max_skips: with on_error="skip", samples that may be skipped per epoch: an int count,
     a float fraction 0 < f < 1 of the epoch's samples, or ``math.inf``.
     device_prefetch: with ``device``, batches copied (and transformed) ahead of the one
-    the training step holds; device memory holds up to ``device_prefetch + 1`` batches.
+    the training step holds; device memory holds ``device_prefetch + 1`` batches, and one
+    more while the next one is handed over if the step still holds the previous batch.
     """
 
     worker_type: WorkerType = WorkerType.AUTO
