@@ -413,3 +413,46 @@ def test_disk_full_in_the_writing_child_fails_cleanly_and_a_rerun_resumes(image_
     monkeypatch.setattr(tar._OpenShard, "put", real_put)
     assert shard_cli(image_tree, out, *args) == 0
     assert main(["verify", os.fspath(out)]) == 0
+
+
+_PEAK_RSS_SCRIPT = """
+import resource, sys
+from dataprep.cli import main
+status = main(["shard", sys.argv[1], sys.argv[2], "--workers", "2", "--shard-size", "8MB", "--no-progress"])
+child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(status, child, own)
+"""
+
+
+def _unique_copies(jpeg: bytes, root: Path, count: int) -> None:
+    """``count`` distinct JPEGs (a numbered comment segment after SOI) in 4 class folders."""
+    for i in range(count):
+        comment = f"copy {i}".encode()
+        data = jpeg[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + jpeg[2:]
+        folder = root / f"class_{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"img_{i:05d}.jpg").write_bytes(data)
+
+
+def _peak_rss_kib(raw: Path, out: Path) -> tuple[int, int]:
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS_SCRIPT, os.fspath(raw), os.fspath(out)],
+                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    status, child, own = map(int, done.stdout.splitlines()[-1].split())
+    assert status == 0, done.stderr
+    return child, own
+
+
+def test_peak_memory_does_not_grow_with_the_dataset(image_tree, tmp_path):
+    """4x the inputs (4x the bytes through the cleaning threads and the write loop) must not
+    raise the peak RSS of the writing child or of the parent by more than a few MiB."""
+    jpegs = sorted(image_tree.glob("*/*.jpg"), key=lambda p: p.stat().st_size)
+    jpeg = jpegs[len(jpegs) // 2].read_bytes()  # a typical photo: ~100 KB, 500x375
+    _unique_copies(jpeg, tmp_path / "small", 200)
+    _unique_copies(jpeg, tmp_path / "large", 800)
+    small = _peak_rss_kib(tmp_path / "small", tmp_path / "out-small")
+    large = _peak_rss_kib(tmp_path / "large", tmp_path / "out-large")
+    extra_bytes = 600 * len(jpeg)
+    assert extra_bytes > 20 * 2**20, "make the inputs larger: the test would not see data being kept"
+    for name, a, b in (("writing child", small[0], large[0]), ("parent", small[1], large[1])):
+        assert (b - a) * 1024 < 12 * 2**20, f"peak RSS of the {name} grew from {a} to {b} KiB"
