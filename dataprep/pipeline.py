@@ -16,6 +16,7 @@ and text, whose cleaning holds the GIL, go to worker processes (``parallel.order
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from contextlib import closing
@@ -66,6 +67,8 @@ class CleanContext:
     table_schema: dict[str, str] | None
     encode_tar: bool = False
 
+
+log = logging.getLogger(__name__)
 
 Result = CleanRecord | EncodedSample | Reject
 
@@ -195,6 +198,9 @@ def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Ch
             )
         crashed.update(culprits)
         in_flight.reset()
+        for reject in culprits.values():
+            log.warning("%s: %s; rejected (worker_crash), the run resumes from its last complete shard",
+                        reject.source, reject.detail)
         # Tidy what the dead child left (its open shard, rejects past its last checkpoint).
         resumed = prepare_output(Path(config.out), config.fingerprint(), overwrite=False).resume
         checkpoint = resumed or checkpoint

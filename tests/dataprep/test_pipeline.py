@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -321,7 +322,7 @@ def _crash_on_marked_input(ctx, item):
     return pipeline.CLEAN_ITEM(ctx, item)
 
 
-def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tree, tmp_path, monkeypatch):
+def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tree, tmp_path, monkeypatch, caplog):
     from dataprep import pipeline
 
     victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
@@ -329,7 +330,9 @@ def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tre
     monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
     monkeypatch.setattr(pipeline, "clean_item", _crash_on_marked_input)
     crashed = tmp_path / "crashed"
-    assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
+    with caplog.at_level(logging.WARNING, logger="dataprep.pipeline"):
+        assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
+    assert f"{victim}: cleaning it alone killed the worker process (exit status 11); rejected (worker_crash)" in caplog.text
     monkeypatch.setattr(pipeline, "clean_item", pipeline.CLEAN_ITEM)
     clean = tmp_path / "clean"
     assert shard_cli(image_tree, clean, "--workers", "2", "--shard-size", "300KB") == 0
