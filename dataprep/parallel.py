@@ -145,8 +145,11 @@ class Forked(Generic[R]):
 
     value: R | None = None
     error: BaseException | None = None
-    died: bool = False
     exit_status: int | None = None
+
+    @property
+    def died(self) -> bool:
+        return self.exit_status is not None
 
     def result(self) -> R:
         """The value; re-raises the child's exception; ``WorkerCrashError`` if it died."""
@@ -180,7 +183,7 @@ def run_forked(fn: Callable[..., R], *args: Any) -> Forked[R]:
         outcome = receiver.recv()
     except EOFError:
         process.join()
-        return Forked(died=True, exit_status=process.exitcode)
+        return Forked(exit_status=process.exitcode)  # after join: an int
     except BaseException:
         if process.pid is not None and process.is_alive():
             os.kill(process.pid, signal.SIGINT)

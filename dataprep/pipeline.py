@@ -116,11 +116,6 @@ def clean_item(ctx: CleanContext, item: Item) -> Result:
     return encode_sample(result) if ctx.encode_tar and isinstance(result, CleanRecord) else result
 
 
-def _clean_unless_rejected(ctx: CleanContext, item: Item) -> Result:
-    # Inputs known to crash arrive as their reject and must not reach a decoder again.
-    return item if isinstance(item, Reject) else clean_item(ctx, item)
-
-
 def resolve_format(config: ShardConfig, layout: Layout) -> str:
     media = layout in (Layout.IMAGE_FOLDER, Layout.GROUPED)
     if config.output_format is OutputFormat.AUTO:
@@ -268,8 +263,9 @@ class _Run:
             return ordered_map(clean_item, items, context=ctx, workers=workers, on_crash=crash_reject)
         prepare_threads()
         crashed = self.threads.crashed
+        # An input known to crash arrives as its reject, which clean_item passes through.
         items = (crashed.get(position, item) for position, item in enumerate(items, first))
-        return threaded_ordered_map(_clean_unless_rejected, items, context=ctx, workers=workers, window=self.threads.in_flight.slots,
+        return threaded_ordered_map(clean_item, items, context=ctx, workers=workers, window=self.threads.in_flight.slots,
                                     first_position=first, in_flight=self.threads.in_flight)
 
     def _consume(self, result: Result, writer: ShardWriter, rejects: Any, position: int) -> None:

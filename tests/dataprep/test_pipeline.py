@@ -315,20 +315,36 @@ def test_plan_memory_per_input_is_small(tmp_path):
 
 
 def _crash_on_marked_input(ctx, item):
+    """clean_item, except that the marked raw input kills its process, as a crashing decoder
+    would (with a marker file set: only the first time, as the OOM killer might)."""
+    from dataprep import pipeline
+    from dataprep.records import RawRecord
+
+    if isinstance(item, RawRecord) and item.source == os.environ["SHARDFEED_TEST_CRASH_ON"]:
+        marker = os.environ.get("SHARDFEED_TEST_CRASHED_ONCE")
+        if marker is None or not Path(marker).exists():
+            if marker is not None:
+                Path(marker).touch()
+            os._exit(int(os.environ["SHARDFEED_TEST_CRASH_STATUS"]))
+    return pipeline.CLEAN_ITEM(ctx, item)
+
+
+def _crash_on(monkeypatch, victim: str, status: int, once_marker: Path | None = None) -> None:
     from dataprep import pipeline
 
-    if getattr(item, "source", "") == os.environ["SHARDFEED_TEST_CRASH_ON"]:
-        os._exit(11)  # a decoder crashing the worker process
-    return pipeline.CLEAN_ITEM(ctx, item)
+    monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
+    monkeypatch.setenv("SHARDFEED_TEST_CRASH_STATUS", str(status))
+    if once_marker is not None:
+        monkeypatch.setenv("SHARDFEED_TEST_CRASHED_ONCE", os.fspath(once_marker))
+    monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
+    monkeypatch.setattr(pipeline, "clean_item", _crash_on_marked_input)
 
 
 def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tree, tmp_path, monkeypatch, caplog):
     from dataprep import pipeline
 
     victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
-    monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
-    monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
-    monkeypatch.setattr(pipeline, "clean_item", _crash_on_marked_input)
+    _crash_on(monkeypatch, victim, 11)
     crashed = tmp_path / "crashed"
     with caplog.at_level(logging.WARNING, logger="dataprep.pipeline"):
         assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
@@ -344,24 +360,9 @@ def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tre
                                                                    if json.loads(f["json"])["__source__"] == victim}
 
 
-def _crash_once(ctx, item):
-    from dataprep import pipeline
-
-    marker = Path(os.environ["SHARDFEED_TEST_CRASHED_ONCE"])
-    if getattr(item, "source", "") == os.environ["SHARDFEED_TEST_CRASH_ON"] and not marker.exists():
-        marker.touch()
-        os._exit(9)  # e.g. the OOM killer: cleaning that input again alone works
-    return pipeline.CLEAN_ITEM(ctx, item)
-
-
 def test_crash_that_does_not_recur_alone_fails_the_run_and_a_rerun_resumes(image_tree, tmp_path, monkeypatch, capsys):
-    from dataprep import pipeline
-
     victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
-    monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
-    monkeypatch.setenv("SHARDFEED_TEST_CRASHED_ONCE", os.fspath(tmp_path / "crashed-once"))
-    monkeypatch.setattr(pipeline, "CLEAN_ITEM", pipeline.clean_item, raising=False)
-    monkeypatch.setattr(pipeline, "clean_item", _crash_once)
+    _crash_on(monkeypatch, victim, 9, once_marker=tmp_path / "crashed-once")  # cleaning it again alone works
     out, clean = tmp_path / "out", tmp_path / "clean"
     args = ("--workers", "2", "--shard-size", "300KB")
     assert shard_cli(image_tree, out, *args) == 1
