@@ -74,19 +74,29 @@ FULL = Sizes(batch=256, side=224, width=64, steps=30, images=1024, fed_steps_per
 SMOKE = Sizes(batch=4, side=32, width=8, steps=2, images=24, fed_steps_per_worker=1)
 
 
+def host_time_ms(fn: Callable[[], object], device: torch.device, *, repeats: int, warmup: int = 2) -> float:
+    """Mean milliseconds per call on the host clock, between device-wide synchronizes: for
+    work that may run on streams of its own (torchvision's GPU decode)."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    start_s = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start_s) * 1e3 / repeats
+
+
 def time_ms(fn: Callable[[], object], device: torch.device, *, repeats: int, warmup: int = 2) -> float:
     """Mean milliseconds per call after ``warmup`` untimed calls (cuDNN autotuning, first
     allocations): CUDA events on the current stream on a GPU, the host clock on the CPU.
 
     ``fn`` must enqueue all its GPU work on the current stream (or make it wait for its own).
     """
+    if device.type != "cuda":
+        return host_time_ms(fn, device, repeats=repeats, warmup=warmup)
     for _ in range(warmup):
         fn()
-    if device.type != "cuda":
-        start_s = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        return (time.perf_counter() - start_s) * 1e3 / repeats
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize(device)
     start.record()
@@ -266,19 +276,6 @@ def measure_end_to_end(device: torch.device, sizes: Sizes, step: Callable[..., N
             loader.close()
         rows.append({"num_workers": num_workers, "steps": steps, **fed, "ratio_to_ceiling": fed["img_s"] / ceiling})
     return {"ceiling_img_s": ceiling, "fed": rows}
-
-
-def host_time_ms(fn: Callable[[], object], device: torch.device, *, repeats: int, warmup: int = 2) -> float:
-    """Mean milliseconds per call on the host clock, between device-wide synchronizes: for
-    work that may run on streams of its own (torchvision's GPU decode)."""
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    start_s = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - start_s) * 1e3 / repeats
 
 
 def measure_gpu_decode(device: torch.device, shards: Path | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from dataprep.config import ShardConfig
 from dataprep.errors import DataprepError
 from dataprep.fsutil import atomic_write_bytes
 from dataprep.pipeline import CleanContext, clean_item, shard
-from dataprep.plan import make_plan
+from dataprep.plan import Item, make_plan
 from dataprep.records import CleanRecord, RawRecord
 from dataprep.sources import Layout, detect_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
@@ -217,18 +217,27 @@ def shard_config(raw: Path, out: Path, workers: int) -> ShardConfig:
     return config_from_args(args)
 
 
-def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, float, float]:
-    """(inputs, input bytes, CPU s, wall s) of cleaning every planned input of ``config`` in this process.
-
-    The plan (made as ``dataprep shard`` makes it, spilled under ``spill_dir``) is not timed.
-    """
+def _planned_inputs(config: ShardConfig, spill_dir: Path, *, encode_tar: bool = False) -> tuple[CleanContext, Iterator[Item]]:
+    """The clean context and the planned inputs of ``config``, in plan order, planned as
+    ``dataprep shard`` plans them (spilled under ``spill_dir``). Raises ``ToolError`` for a
+    dataset without images."""
     layout = config.layout or detect_layout(Path(config.raw))
     if layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
         raise ToolError(f"{config.raw}: a {layout} dataset; shard_bench measures image datasets")
     spill_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(config, layout, spill_dir)
-    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema)
-    items = list(plan.items.iter_from(0))
+    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema,
+                       encode_tar=encode_tar)
+    return ctx, plan.items.iter_from(0)  # media plans are PlannedItems
+
+
+def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, float, float]:
+    """(inputs, input bytes, CPU s, wall s) of cleaning every planned input of ``config`` in this process.
+
+    The plan (made as ``dataprep shard`` makes it, spilled under ``spill_dir``) is not timed.
+    """
+    ctx, planned = _planned_inputs(config, spill_dir)
+    items = list(planned)
     input_bytes = sum(os.path.getsize(p) for item in items if isinstance(item, RawRecord) for p in item.files.values())
     wall, cpu = time.perf_counter(), time.process_time()
     kept = sum(isinstance(clean_item(ctx, item), CleanRecord) for item in items)
@@ -244,35 +253,31 @@ def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path,
     samples of ``config`` into tar shards in ``out_dir``.
 
     Planning and cleaning (with tar members serialised, as workers do) are not timed. The
-    wall time includes the final fsync, so waiting for the disk.
+    wall time includes the final fsync, so waiting for the disk. Written twice, the pass
+    with less CPU kept: on a VM that hands freed memory back to its host, the first pass
+    pays for faulting the page cache's pages back in (seen here: 3x the CPU).
     """
-    layout = config.layout or detect_layout(Path(config.raw))
-    spill_dir.mkdir(parents=True, exist_ok=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(config, layout, spill_dir)
-    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema, encode_tar=True)
-    samples = [s for s in (clean_item(ctx, item) for item in itertools.islice(plan.items.iter_from(0), max_samples))
+    ctx, planned = _planned_inputs(config, spill_dir, encode_tar=True)
+    samples = [s for s in (clean_item(ctx, item) for item in itertools.islice(planned, max_samples))
                if isinstance(s, EncodedSample)]
-    best: tuple[int, float, float] | None = None
-    # Twice, the faster kept: on a VM that hands freed memory back to its host, the first
-    # pass pays for faulting the page cache's pages back in (seen here: 3x the CPU).
-    for attempt in range(2):
-        target = out_dir / str(attempt)
-        target.mkdir()
-        os.sync()  # the shards of earlier runs still going to disk would slow this one's fsync
-        wall, cpu = time.perf_counter(), time.thread_time()
-        with TarShardWriter(target, max_shard_bytes=config.max_shard_bytes,
-                            max_samples_per_shard=config.max_samples_per_shard) as writer:
-            for sample in samples:
-                writer.write(sample)
-            writer.close()
-        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-        if best is None or cpu < best[1]:
-            best = (sum(s.bytes for s in writer.shards), max(cpu, 1e-9), max(wall, 1e-9))
-        for shard_file in target.iterdir():
-            shard_file.unlink()
-    assert best is not None
-    return len(samples), *best
+    passes = [_write_pass(config, samples, out_dir / str(attempt)) for attempt in range(2)]
+    return len(samples), *min(passes, key=lambda one: one[1])
+
+
+def _write_pass(config: ShardConfig, samples: list[EncodedSample], out_dir: Path) -> tuple[int, float, float]:
+    """(shard bytes, thread CPU s, wall s) of writing ``samples`` into a fresh ``out_dir``, emptied after."""
+    out_dir.mkdir(parents=True)
+    os.sync()  # the shards of earlier runs still going to disk would slow this one's fsync
+    wall, cpu = time.perf_counter(), time.thread_time()
+    with TarShardWriter(out_dir, max_shard_bytes=config.max_shard_bytes,
+                        max_samples_per_shard=config.max_samples_per_shard) as writer:
+        for sample in samples:
+            writer.write(sample)
+        writer.close()
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    for shard_file in out_dir.iterdir():
+        shard_file.unlink()
+    return sum(s.bytes for s in writer.shards), max(cpu, 1e-9), max(wall, 1e-9)
 
 
 @dataclass(frozen=True)
