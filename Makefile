@@ -13,7 +13,7 @@ STAMP    := $(VENV)/.installed
 DEMO     ?= demo
 DEMO_IMAGES ?= 600
 
-.PHONY: demo test venv system-deps clean bench
+.PHONY: demo test venv pillow system-deps clean bench
 
 venv: $(STAMP)
 
@@ -21,25 +21,43 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib
-	@# Pillow-SIMD (AVX2) where a compiler exists, else stock Pillow with a warning.
-	@if $(PY) -c "import PIL, sys; sys.exit(0 if 'post' in PIL.__version__ else 1)" 2>/dev/null; then \
-	  echo "Pillow-SIMD already installed"; \
-	elif command -v cc >/dev/null 2>&1 && $(PIP) uninstall -y pillow >/dev/null 2>&1; \
-	     CC="cc -mavx2" $(PIP) install --no-binary :all: pillow-simd; then \
-	  echo "Pillow-SIMD built"; \
-	else \
-	  echo "WARNING: could not build Pillow-SIMD; falling back to stock Pillow (slower resize)" >&2; \
-	  $(PIP) install pillow; \
-	fi
-	@$(PY) -c "import PIL.features as f; missing=[c for c in ('webp','libtiff','littlecms2') if not f.check(c)]; missing and print('WARNING: Pillow lacks', ', '.join(missing), '- install libwebp-dev libtiff-dev liblcms2-dev (make system-deps) and rm -r $(VENV)')"
+	@$(MAKE) --no-print-directory pillow
 	$(PIP) install --no-deps -e .
 	touch $(STAMP)
+
+# Pillow-SIMD (AVX2) only where it can read every format users have: a source build gets
+# just the codecs whose headers are present, so they are installed first where we can
+# (root with apt), and a build that still lacks one is replaced by the stock Pillow wheel
+# (which carries every codec), saying so. Never a Pillow that silently cannot read WebP/TIFF.
+CODEC_HEADERS := libjpeg-dev zlib1g-dev libpng-dev libwebp-dev libtiff-dev liblcms2-dev libfreetype-dev
+HAS_CODECS    := import PIL.features as f, sys; missing = [c for c in ('jpg', 'zlib', 'webp', 'libtiff', 'littlecms2') if not f.check(c)]; print(' '.join(missing)); sys.exit(1 if missing else 0)
+IS_SIMD       := import PIL, sys; sys.exit(0 if 'post' in PIL.__version__ else 1)
+
+pillow:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 \
+	    && ! dpkg -s $(CODEC_HEADERS) >/dev/null 2>&1; then \
+	  echo "installing codec headers for the Pillow-SIMD build (make system-deps)"; \
+	  $(MAKE) --no-print-directory system-deps || echo "could not install the codec headers" >&2; \
+	fi
+	@if $(PY) -c "$(IS_SIMD)" 2>/dev/null && $(PY) -c "$(HAS_CODECS)" >/dev/null 2>&1; then \
+	  echo "Pillow-SIMD already installed, every codec present"; \
+	elif command -v cc >/dev/null 2>&1 && { $(PIP) uninstall -y pillow pillow-simd >/dev/null 2>&1; \
+	     CC="cc -mavx2" $(PIP) install --no-binary :all: pillow-simd; } \
+	     && missing=$$($(PY) -c "$(HAS_CODECS)"); then \
+	  echo "Pillow-SIMD built with every codec"; \
+	else \
+	  missing=$$($(PY) -c "$(HAS_CODECS)" 2>/dev/null); why="could not build"; \
+	  [ -z "$$missing" ] || why="built without $$missing"; \
+	  echo "NOTE: Pillow-SIMD skipped ($$why): using the stock" \
+	       "Pillow wheel (every codec, slower resize). For SIMD: apt-get install $(CODEC_HEADERS), then rm -r $(VENV)" >&2; \
+	  $(PIP) uninstall -y pillow pillow-simd >/dev/null 2>&1; $(PIP) install pillow; \
+	fi
+	@missing=$$($(PY) -c "$(HAS_CODECS)") || { echo "ERROR: Pillow cannot read: $$missing" >&2; exit 1; }
 
 # System packages (Debian, needs root): codec headers for the Pillow-SIMD build and jemalloc.
 system-deps:
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev libpng-dev \
-	  libwebp-dev libtiff-dev liblcms2-dev libfreetype-dev libjemalloc2 >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CODEC_HEADERS) libjemalloc2 >/dev/null
 
 demo: $(STAMP)
 	rm -rf $(DEMO)
