@@ -1,127 +1,77 @@
-"""Enumerate raw inputs: RAW directory -> layout -> RawRecords in sorted key order.
+"""Enumerate raw inputs: RAW directory -> layout -> RawRecords, every file accounted.
 
-Layouts (``Layout``), detected by ``detect_layout`` unless forced:
+Layouts (``Layout``; chosen by ``choose_layout`` in ``dataprep.detection``, which says why):
 
-- image-folder: ``RAW/<class>/<file>``; the label is the top folder; sidecar files that
-  share an image's stem (``cat/1.jpg`` + ``cat/1.txt``) join its sample.
+- image-folder: ``RAW/<class>/<file>``; the label is the top folder. Every image file is
+  a sample of its own (``photo.webp`` and ``photo.tiff`` are two); other files that share
+  an image's stem up to the last dot (``cat/1.jpg`` + ``cat/1.txt``) join the sample of
+  the first such image as sidecar fields.
 - grouped: files sharing a key (path up to the first dot of the file name, the
   WebDataset convention) form one sample: ``a/0001.jpg``, ``a/0001.txt``, ``a/0001.json``.
-- table: CSV, JSONL and Parquet files; one record per row.
+- table: CSV, TSV, JSONL and Parquet files; one record per row.
 - text: plain text files; one record per file or per line.
 
-Traversal is sorted (by the file names' bytes), never follows a symlink out of RAW
-unless asked, and copes with any file name: undecodable bytes are kept with
-``surrogateescape`` and escaped out of sample keys.
+``media_records`` turns every file walked into exactly one ``RawRecord`` (as its image or a
+sidecar) or one ``Reject``; nothing is silently dropped. Extensions compare
+case-insensitively, yet ``a.JPG``, ``a.Jpg`` and ``a.jpg`` stay three inputs: in
+image-folder three samples with distinct keys; in grouped the first gives the sample its
+``jpg`` field and the others are rejected (``unsupported``, naming the file that already
+gives it). Also ``unsupported``: hidden files (``.DS_Store``), files with no image of their
+stem beside them (a README at the root, a LICENSE in a class folder), and sidecars whose
+extension cannot name a field (none: ``cat/a``; ``cat/b._meta``; not valid UTF-8).
+
+Traversal (``dataprep.walk``) is sorted by the file names' bytes, never follows a
+symlink out of RAW unless asked, never lets a link rename a folder, and copes with any
+file name: undecodable bytes are kept with ``surrogateescape`` and escaped out of keys.
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from dataprep.errors import UsageError
+from dataprep.detection import (
+    IMAGE_EXTENSIONS,
+    TABLE_EXTENSIONS,
+    TEXT_EXTENSIONS,
+    Layout,
+    LayoutChoice,
+    choose_layout,
+    extension,
+    field_problem,
+    is_hidden,
+    sample_stem,
+)
 from dataprep.records import RawRecord, Reject, RejectReason
+from dataprep.walk import FileGroup, RawFile, group_files, walk_files
 
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif"})
-TABLE_EXTENSIONS = frozenset({"csv", "jsonl", "ndjson", "parquet"})
-TEXT_EXTENSIONS = frozenset({"txt", "text", "md"})
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "KeyAssigner",
+    "Layout",
+    "LayoutChoice",
+    "MAX_KEY_BYTES",
+    "RawFile",
+    "TABLE_EXTENSIONS",
+    "TEXT_EXTENSIONS",
+    "choose_layout",
+    "detect_layout",
+    "extension",
+    "media_records",
+    "safe_key",
+    "walk_files",
+]
+
 MAX_KEY_BYTES = 96
 _UNSAFE_KEY_CHARS = re.compile(r"[^\w\-]", re.UNICODE)
 
 
-class Layout(enum.StrEnum):
-    IMAGE_FOLDER = "image-folder"
-    GROUPED = "grouped"
-    TABLE = "table"
-    TEXT = "text"
-
-
-@dataclass(frozen=True, slots=True)
-class RawFile:
-    """A regular file found under RAW: its path relative to RAW, absolute path and size in bytes."""
-
-    rel: str
-    path: str
-    size: int
-
-
-def walk_files(raw: Path, *, follow_symlinks: bool = False) -> Iterator[RawFile | Reject]:
-    """Every regular file under ``raw`` in sorted order; symlinks leaving RAW become rejects.
-
-    With ``follow_symlinks`` links are followed anywhere (directory cycles are cut).
-    """
-    root = os.path.realpath(raw)
-    seen_dirs: set[str] = set()
-
-    def walk(directory: str, rel_dir: str) -> Iterator[RawFile | Reject]:
-        real = os.path.realpath(directory)
-        if real in seen_dirs:
-            return
-        seen_dirs.add(real)
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: os.fsencode(e.name))
-        except OSError as err:
-            yield Reject(rel_dir or ".", RejectReason.UNREADABLE, f"cannot list directory: {err.strerror}")
-            return
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if entry.is_symlink():
-                target = os.path.realpath(entry.path)
-                inside = target == root or target.startswith(root + os.sep)
-                if not (inside or follow_symlinks):
-                    yield Reject(rel, RejectReason.SYMLINK_OUTSIDE, f"symlink to {target} leaves RAW (use --follow-symlinks)")
-                    continue
-                if not os.path.exists(entry.path):
-                    yield Reject(rel, RejectReason.UNREADABLE, f"dangling symlink to {target}")
-                    continue
-                if os.path.isdir(entry.path) and not follow_symlinks:
-                    continue  # a link to a directory inside RAW: its files are reached directly
-            if entry.is_dir():
-                yield from walk(entry.path, rel)
-            elif entry.is_file():
-                try:
-                    size = entry.stat().st_size
-                except OSError as err:
-                    yield Reject(rel, RejectReason.UNREADABLE, f"cannot stat: {err.strerror}")
-                    continue
-                yield RawFile(rel, entry.path, size)
-
-    yield from walk(str(raw), "")
-
-
-def extension(name: str) -> str:
-    """Lower-case extension after the last dot of a file name ('' when none)."""
-    base = name.rsplit("/", 1)[-1]
-    return base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
-
-
 def detect_layout(raw: Path) -> Layout:
-    """Guess the layout of RAW from the extensions and depth of its files."""
-    if raw.is_file():
-        ext = extension(raw.name)
-        if ext in TABLE_EXTENSIONS:
-            return Layout.TABLE
-        return Layout.TEXT
-    exts: set[str] = set()
-    depths: set[int] = set()
-    for item in walk_files(raw):
-        if isinstance(item, RawFile):
-            exts.add(extension(item.rel))
-            depths.add(item.rel.count("/"))
-    if not exts:
-        raise UsageError(f"{raw}: no files found (is this the right RAW directory?)")
-    if exts <= TABLE_EXTENSIONS:
-        return Layout.TABLE
-    if exts <= TEXT_EXTENSIONS:
-        return Layout.TEXT
-    if depths == {1} and exts & IMAGE_EXTENSIONS:
-        return Layout.IMAGE_FOLDER
-    return Layout.GROUPED
+    """The layout of RAW as ``choose_layout(raw, None)`` detects it (UsageError when ambiguous)."""
+    return choose_layout(raw, None).layout
 
 
 def safe_key(stem: str) -> str:
@@ -138,7 +88,11 @@ def safe_key(stem: str) -> str:
 
 
 class KeyAssigner:
-    """Makes keys unique within a run, deterministically (inputs arrive in sorted order)."""
+    """Makes keys unique within a run, deterministically (inputs arrive in a fixed order).
+
+    A key already taken gets a hash of the stem; if even that is taken (the same stem
+    assigned twice), a counter: two calls never return the same key.
+    """
 
     def __init__(self) -> None:
         self._used: set[str] = set()
@@ -146,69 +100,99 @@ class KeyAssigner:
     def assign(self, stem: str) -> str:
         key = safe_key(stem)
         if key in self._used:
-            key = f"{key}-{hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]}"
+            base = f"{key}-{hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]}"
+            key, n = base, 1
+            while key in self._used:
+                n += 1
+                key = f"{base}-{n}"
         self._used.add(key)
         return key
 
 
-def _split_stem(rel: str, layout: Layout) -> tuple[str, str]:
-    """(stem, field) of a file: last dot for image-folder, first dot for grouped (WebDataset)."""
-    head, _, base = rel.rpartition("/")
-    if layout is Layout.GROUPED:
-        stem, dot, field = base.partition(".")
-    else:
-        stem, dot, field = base.rpartition(".") if "." in base.lstrip(".") else (base, "", "")
-    field = field.lower() if dot else ""
-    return (f"{head}/{stem}" if head else stem), field
-
-
 def media_records(raw: Path, layout: Layout, *, follow_symlinks: bool = False) -> Iterator[RawRecord | Reject]:
-    """RawRecords of an image-folder or grouped tree, in sorted key order.
+    """RawRecords of an image-folder or grouped tree, and a Reject for every file that is in none.
 
-    Files of one sample are adjacent in sorted order only within a directory, so groups
-    are built per directory. A group with two images in image-folder layout splits into
-    one sample per image (sidecars join the first).
+    Order: deterministic (the walk's, group by group; see ``dataprep.walk.group_files``).
+    Every file walked is in exactly one record's ``files`` or is one Reject's ``source``.
     """
     keys = KeyAssigner()
-    group_dir: str | None = None
-    groups: dict[str, dict[str, RawFile]] = {}
-
-    def flush() -> Iterator[RawRecord | Reject]:
-        for stem in sorted(groups, key=os.fsencode):
-            yield from _group_records(stem, groups[stem], layout, keys)
-        groups.clear()
-
-    for item in walk_files(raw, follow_symlinks=follow_symlinks):
+    grouped = layout is Layout.GROUPED
+    walk = walk_files(raw, follow_symlinks=follow_symlinks)
+    for item in group_files(walk, lambda name: sample_stem(name, layout)):
         if isinstance(item, Reject):
             yield item
-            continue
-        directory = item.rel.rpartition("/")[0]
-        if directory != group_dir:
-            yield from flush()
-            group_dir = directory
-        stem, field = _split_stem(item.rel, layout)
-        group = groups.setdefault(stem, {})
-        if field in group:  # e.g. a.JPG and a.jpg: distinct files, same field
-            groups.setdefault(f"{stem}.{len(group)}", {})[field] = item
+        elif grouped:
+            yield from _grouped_records(item, keys)
         else:
-            group[field] = item
-    yield from flush()
+            yield from _image_folder_records(item, keys)
 
 
-def _group_records(stem: str, files: dict[str, RawFile], layout: Layout, keys: KeyAssigner) -> Iterator[RawRecord | Reject]:
-    images = sorted(f for f in files if f in IMAGE_EXTENSIONS)
-    sidecars = {f: files[f].path for f in files if f not in IMAGE_EXTENSIONS}
-    label = stem.split("/", 1)[0] if layout is Layout.IMAGE_FOLDER and "/" in stem else None
+def _hidden(f: RawFile) -> Reject:
+    return Reject(f.rel, RejectReason.UNSUPPORTED, "a hidden file (its name starts with '.'); not part of any sample")
+
+
+def _image_folder_records(group: FileGroup, keys: KeyAssigner) -> Iterator[RawRecord | Reject]:
+    """One sample per image of the group; the other files join the first image as sidecars, or are rejected."""
+    images: list[tuple[str, RawFile]] = []
+    others: list[tuple[str, RawFile]] = []
+    for f in group.files:
+        name = f.rel.rpartition("/")[2]
+        if is_hidden(name):
+            yield _hidden(f)
+            continue
+        field = extension(name)
+        (images if field in IMAGE_EXTENSIONS else others).append((field, f))
     if not images:
-        yield RawRecord(keys.assign(stem), _source(files), sidecars, label)
+        for _, f in others:
+            yield Reject(f.rel, RejectReason.UNSUPPORTED,
+                         f"not an image ({_ext_text(f)}), and no image named {group.stem}.<ext> beside it to join as a sidecar")
         return
-    if layout is Layout.GROUPED:
-        yield RawRecord(keys.assign(stem), files[images[0]].rel, {f: r.path for f, r in files.items()}, label)
-        return
-    for n, field in enumerate(images):
-        extra = sidecars if n == 0 else {}
-        yield RawRecord(keys.assign(stem if n == 0 else f"{stem}.{field}"), files[field].rel, {field: files[field].path, **extra}, label)
+    images.sort(key=lambda item: (item[0], os.fsencode(item[1].rel)))
+    sidecars: dict[str, RawFile] = {}
+    for field, f in others:
+        problem = field_problem(field)
+        if problem is not None:
+            yield Reject(f.rel, RejectReason.UNSUPPORTED, f"cannot be a sidecar of {images[0][1].rel}: {problem}")
+        elif field in sidecars:
+            yield Reject(f.rel, RejectReason.UNSUPPORTED,
+                         f"a second {field!r} sidecar of {images[0][1].rel}: {sidecars[field].rel} already gives that field "
+                         "(extensions compare case-insensitively)")
+        else:
+            sidecars[field] = f
+    label = group.directory.partition("/")[0] if group.directory else None
+    for n, (field, f) in enumerate(images):
+        # The first image keeps the plain stem as its key; the others add their extension as written.
+        stem = group.rel_stem if n == 0 else f"{group.rel_stem}.{f.rel.rpartition('.')[2]}"
+        files = {field: f.path}
+        if n == 0:
+            files.update({name: s.path for name, s in sidecars.items()})
+        yield RawRecord(keys.assign(stem), f.rel, files, label)
 
 
-def _source(files: dict[str, RawFile]) -> str:
-    return files[sorted(files)[0]].rel
+def _grouped_records(group: FileGroup, keys: KeyAssigner) -> Iterator[RawRecord | Reject]:
+    """One sample of the group's files, by field (the name after its first dot, lower case)."""
+    files: dict[str, RawFile] = {}
+    for f in group.files:
+        name = f.rel.rpartition("/")[2]
+        field = name.partition(".")[2].lower()
+        problem = field_problem(field)
+        if is_hidden(name):
+            yield _hidden(f)
+        elif problem is not None:
+            yield Reject(f.rel, RejectReason.UNSUPPORTED, f"cannot be a field of sample {group.rel_stem}: {problem}")
+        elif field in files:
+            yield Reject(f.rel, RejectReason.UNSUPPORTED,
+                         f"sample {group.rel_stem} already has a {field!r} field from {files[field].rel} "
+                         "(field names compare case-insensitively)")
+        else:
+            files[field] = f
+    if not files:
+        return
+    images = sorted(name for name in files if name in IMAGE_EXTENSIONS)
+    source = files[images[0]].rel if images else files[min(files, key=os.fsencode)].rel
+    yield RawRecord(keys.assign(group.rel_stem), source, {name: f.path for name, f in files.items()}, None)
+
+
+def _ext_text(f: RawFile) -> str:
+    ext = extension(f.rel)
+    return f"'.{ext}'" if ext else "no extension"

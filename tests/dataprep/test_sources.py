@@ -2,13 +2,19 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
+from collections import Counter
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 from PIL import Image
 
+from dataprep.detection import field_problem
 from dataprep.errors import UsageError
 from dataprep.records import RawRecord, Reject
-from dataprep.sources import KeyAssigner, Layout, detect_layout, media_records, safe_key
+from dataprep.sources import IMAGE_EXTENSIONS, KeyAssigner, Layout, detect_layout, media_records, safe_key, walk_files
+from tests.dataprep.strategies import make_tree, raw_trees
 
 SAFE = re.compile(r"^[^./][^./]*$")
 
@@ -29,9 +35,16 @@ def test_key_assigner_resolves_collisions_deterministically():
     assert len(set(keys_a)) == 3
 
 
+def test_key_assigner_never_repeats_a_key_even_for_the_same_stem():
+    keys = KeyAssigner()
+    assigned = [keys.assign("cat/a.jpg") for _ in range(4)]
+    assert len(set(assigned)) == 4
+    assert all(SAFE.match(k) for k in assigned)
+
+
 def _touch_image(path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (8, 8)).save(path)
+    Image.new("RGB", (8, 8)).save(path, format="PNG")
 
 
 def test_detect_layouts(tmp_path):
@@ -52,15 +65,84 @@ def test_detect_layouts(tmp_path):
         detect_layout(tmp_path / "empty")
 
 
+def _records(raw, layout, **kw):
+    items = list(media_records(raw, layout, **kw))
+    return [r for r in items if isinstance(r, RawRecord)], {r.source: r for r in items if isinstance(r, Reject)}
+
+
 def test_image_folder_groups_sidecars_and_splits_twin_images(tmp_path):
     _touch_image(tmp_path / "cat" / "1.jpg")
     (tmp_path / "cat" / "1.txt").write_text("a cat")
     _touch_image(tmp_path / "cat" / "2.jpg")
     _touch_image(tmp_path / "cat" / "2.png")
-    records = [r for r in media_records(tmp_path, Layout.IMAGE_FOLDER) if isinstance(r, RawRecord)]
+    records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER)
     assert [sorted(r.files) for r in records] == [["jpg", "txt"], ["jpg"], ["png"]]
     assert {r.label for r in records} == {"cat"}
     assert len({r.key for r in records}) == 3
+    assert not rejects
+
+
+def test_case_variants_of_one_name_are_three_samples_in_image_folder(tmp_path):
+    """Issue 12 item 5: a.JPG, a.Jpg, a.jpg were 2 inputs seen and one lost."""
+    for name in ("a.JPG", "a.Jpg", "a.jpg"):
+        _touch_image(tmp_path / "cat" / name)
+    records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER)
+    assert not rejects
+    assert sorted(r.source for r in records) == ["cat/a.JPG", "cat/a.Jpg", "cat/a.jpg"]
+    assert sorted(r.files["jpg"] for r in records) == sorted(os.fspath(tmp_path / "cat" / n) for n in ("a.JPG", "a.Jpg", "a.jpg"))
+    assert len({r.key for r in records}) == 3
+
+
+def test_case_variants_in_grouped_layout_are_rejected_by_name(tmp_path):
+    for name in ("a.JPG", "a.Jpg", "a.jpg", "a.txt", "a.TXT"):
+        _touch_image(tmp_path / "x" / "y" / name)
+    records, rejects = _records(tmp_path, Layout.GROUPED)
+    assert [(r.source, sorted(r.files)) for r in records] == [("x/y/a.JPG", ["jpg", "txt"])]
+    assert records[0].files["txt"] == os.fspath(tmp_path / "x" / "y" / "a.TXT")  # first in byte order
+    assert sorted(rejects) == ["x/y/a.Jpg", "x/y/a.jpg", "x/y/a.txt"]
+    assert {r.reason for r in rejects.values()} == {"unsupported"}
+    assert "x/y/a.JPG" in rejects["x/y/a.jpg"].detail and "x/y/a.TXT" in rejects["x/y/a.txt"].detail
+
+
+@pytest.mark.parametrize("layout", [Layout.IMAGE_FOLDER, Layout.GROUPED])
+def test_odd_names_become_rejects_naming_the_file(tmp_path, layout):
+    """Issue 12 item 4: these names reached the writer as fields '', '_meta', '\\udcff' and ended the run."""
+    cat = tmp_path / "cat"
+    _touch_image(cat / "a.jpg")
+    _touch_image(cat / "b.jpg")
+    (cat / "a").write_text("no extension")
+    (cat / "b._meta").write_text("reserved field")
+    with open(os.fsencode(cat) + b"/a.\xff", "wb") as f:
+        f.write(b"undecodable extension")
+    (cat / ".DS_Store").write_bytes(b"\0")
+    _touch_image(cat / "a.b with spaces.jpg")
+    records, rejects = _records(tmp_path, layout)
+    undecodable = os.fsdecode(b"cat/a.\xff")
+    assert set(rejects) >= {"cat/a", "cat/b._meta", undecodable, "cat/.DS_Store"}
+    assert {rejects[s].reason for s in ("cat/a", "cat/b._meta", undecodable, "cat/.DS_Store")} == {"unsupported"}
+    assert "no extension" in rejects["cat/a"].detail
+    assert "'_meta'" in rejects["cat/b._meta"].detail
+    assert "not valid UTF-8" in rejects[undecodable].detail
+    for record in records:
+        assert all(field_problem(name) is None for name in record.files), record
+    if layout is Layout.IMAGE_FOLDER:
+        spaced = next(r for r in records if r.source == "cat/a.b with spaces.jpg")
+        assert list(spaced.files) == ["jpg"] and spaced.label == "cat"
+
+
+def test_stray_root_file_does_not_merge_same_stem_images(tmp_path):
+    """Issue 12 item 6: a README at the root made the tree 'grouped'; photo.webp and photo.tiff became one sample."""
+    _touch_image(tmp_path / "cat" / "photo.webp")
+    _touch_image(tmp_path / "cat" / "photo.tiff")
+    _touch_image(tmp_path / "dog" / "1.jpg")
+    (tmp_path / "README.md").write_text("about this dataset")
+    (tmp_path / "LICENSE").write_text("CC-BY")
+    layout = detect_layout(tmp_path)
+    assert layout is Layout.IMAGE_FOLDER
+    records, rejects = _records(tmp_path, layout)
+    assert sorted(r.source for r in records) == ["cat/photo.tiff", "cat/photo.webp", "dog/1.jpg"]
+    assert all(len(r.files) == 1 for r in records)
+    assert {s: r.reason for s, r in rejects.items()} == {"README.md": "unsupported", "LICENSE": "unsupported"}
 
 
 def test_symlink_leaving_raw_is_a_reject(tmp_path):
@@ -72,3 +154,47 @@ def test_symlink_leaving_raw_is_a_reject(tmp_path):
     assert isinstance(items[0], Reject) and items[0].reason == "symlink_outside"
     items = list(media_records(tmp_path / "raw", Layout.IMAGE_FOLDER, follow_symlinks=True))
     assert isinstance(items[0], RawRecord)
+
+
+@pytest.mark.parametrize("follow_symlinks", [False, True])
+def test_a_link_to_a_class_folder_does_not_rename_the_class(tmp_path, follow_symlinks):
+    """Issue 12 item 7: with --follow-symlinks, a_link -> zebra was walked first and zebra skipped as seen."""
+    _touch_image(tmp_path / "zebra" / "z1.jpg")
+    _touch_image(tmp_path / "zebra" / "z2.jpg")
+    os.symlink("zebra", tmp_path / "a_link")
+    records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER, follow_symlinks=follow_symlinks)
+    assert sorted((r.source, r.label) for r in records) == [("zebra/z1.jpg", "zebra"), ("zebra/z2.jpg", "zebra")]
+    assert list(rejects) == ["a_link"]
+    assert rejects["a_link"].reason == "duplicate" and "zebra" in rejects["a_link"].detail
+
+
+def _account(raw: Path, layout: Layout) -> None:
+    """Every file walked is in exactly one record or is exactly one reject; keys are unique and safe."""
+    walked = list(walk_files(raw))
+    rel_of = {f.path: f.rel for f in walked if not isinstance(f, Reject)}
+    expected = Counter(f.source if isinstance(f, Reject) else f.rel for f in walked)
+    found: Counter[str] = Counter()
+    keys = []
+    for item in media_records(raw, layout):
+        if isinstance(item, Reject):
+            found[item.source] += 1
+            continue
+        keys.append(item.key)
+        found.update(rel_of[path] for path in item.files.values())
+        assert item.files, item
+        assert all(field_problem(name) is None for name in item.files), item
+        if layout is Layout.IMAGE_FOLDER:
+            assert sum(name in IMAGE_EXTENSIONS for name in item.files) == 1, item
+    assert found == expected
+    assert len(keys) == len(set(keys))
+    assert all(SAFE.match(k) for k in keys)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=raw_trees)
+def test_every_file_walked_is_one_record_or_one_reject(entries):
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp)
+        make_tree(raw, entries)
+        for layout in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+            _account(raw, layout)
