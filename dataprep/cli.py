@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
-from dataprep.config import OutputFormat, ShardConfig, default_workers
+from dataprep.config import DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, OutputFormat, ShardConfig, default_workers
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
 from dataprep.report import Progress, format_summary, format_table
 from dataprep.sources import Layout
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
     p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
                    help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images)")
-    p.add_argument("--shard-size", type=_byte_size, default=None, help="max bytes per shard, e.g. 64MB (default 256MB)")
+    p.add_argument("--shard-size", type=_byte_size, default=None, help="max bytes per shard, e.g. 64MiB (default 256MiB)")
     p.add_argument("--samples-per-shard", type=_positive, default=None, help="max samples per shard")
     p.add_argument("--row-group-size", type=_byte_size, default="64MiB", help="Parquet row group bound (default 64MiB)")
     p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
@@ -77,8 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("run")
     g.add_argument("--workers", type=_positive, default=default_workers(), help="parallel workers: cleaning threads for media, processes for tables and text (default: all cores)")
     g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
-    g.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty OUT")
+    g.add_argument("--overwrite", action="store_true", help="replace what dataprep wrote in OUT (never other files)")
     g.add_argument("--max-reject-fraction", type=_fraction, help="fail when more than this fraction of inputs is rejected")
+    g.add_argument("--allow-empty", action="store_true", help="succeed even when no sample is kept (every input rejected, or none found)")
+    g.add_argument("--range-size", type=_byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
+                   help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
 
@@ -109,7 +112,7 @@ def _schema(text: str | None) -> dict[str, str] | None:
 
 def config_from_args(args: argparse.Namespace) -> ShardConfig:
     if args.shard_size is None and args.samples_per_shard is None:
-        args.shard_size = parse_bytes("256MB")
+        args.shard_size = DEFAULT_SHARD_BYTES
     required = tuple(c for c in args.required.split(",") if c) if args.required else None
     try:
         image = ImageOptions(min_side=args.min_side, max_pixels=args.max_pixels, resize_short=args.resize_short,
@@ -124,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
         max_samples_per_shard=args.samples_per_shard, row_group_bytes=args.row_group_size, prefix=args.prefix,
         seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, workers=args.workers,
         follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
+        allow_empty=args.allow_empty, range_bytes=args.range_size,
     )
 
 
@@ -160,7 +164,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return EXIT_OK
-    rows = [("format / layout", f"{info['format']} / {info['layout']}"), ("shards", f"{info['shards']:,}"),
+    rows = [("format / layout", f"{info['format']} / {info['layout']}"),
+            *([("layout chosen because", info["layout_reason"])] if info["layout_reason"] else []),
+            ("shards", f"{info['shards']:,}"),
             ("samples", f"{info['samples']:,}"), ("bytes", format_bytes(info["bytes"])),
             ("shard bytes min..max", f"{format_bytes(info['shard_bytes_min'])} .. {format_bytes(info['shard_bytes_max'])}")]
     rows += [(f"field {name}", f"{n:,}") for name, n in info["fields"].items()]

@@ -12,8 +12,11 @@ from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
 from dataprep.sources import Layout
 
-DEFAULT_SHARD_BYTES = 256 * 10**6
+# One unit for sizes everywhere: MiB (the CLI's defaults, the writers' and the README's).
+DEFAULT_SHARD_BYTES = 256 * 2**20
 DEFAULT_ROW_GROUP_BYTES = 64 * 2**20
+# A range (the unit of work of a multi-node run) holds about this much input.
+DEFAULT_RANGE_BYTES = 4 * 2**30
 
 
 class OutputFormat(enum.StrEnum):
@@ -35,7 +38,8 @@ class ShardConfig:
     """Options of one ``dataprep shard RAW OUT`` run.
 
     Options that shape the output bytes are in ``fingerprint()``; the rest (workers,
-    progress, budgets) may change between a run and its resumption.
+    progress, budgets, ``allow_empty``: a run that keeps no sample succeeds) may change
+    between a run and its resumption. ``range_bytes``: input bytes per range of the plan.
     """
 
     raw: Path
@@ -55,11 +59,13 @@ class ShardConfig:
     follow_symlinks: bool = False
     overwrite: bool = False
     max_reject_fraction: float | None = None
+    allow_empty: bool = False
+    range_bytes: int = DEFAULT_RANGE_BYTES
 
     def __post_init__(self) -> None:
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
             raise UsageError("give --shard-size and/or --samples-per-shard")
-        for name in ("max_shard_bytes", "max_samples_per_shard", "row_group_bytes", "workers"):
+        for name in ("max_shard_bytes", "max_samples_per_shard", "row_group_bytes", "workers", "range_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise UsageError(f"'{name}' must be a positive int (got {value!r} that is a {type(value).__name__})")
@@ -77,6 +83,7 @@ class ShardConfig:
             "max_shard_bytes": self.max_shard_bytes,
             "max_samples_per_shard": self.max_samples_per_shard,
             "row_group_bytes": self.row_group_bytes,
+            "range_bytes": self.range_bytes,
             "prefix": self.prefix,
             "seed": self.seed,
             "shuffle": self.shuffle,

@@ -26,6 +26,7 @@ class DatasetInfo:
         return {
             "format": m.format,
             "layout": m.layout,
+            "layout_reason": m.layout_reason,
             "shards": len(m.shards),
             "samples": m.num_samples,
             "bytes": sum(sizes),

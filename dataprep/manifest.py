@@ -1,11 +1,13 @@
 """The manifest: ``OUT/manifest.json``, written last, describes a complete shard directory.
 
-Schema, version 1 (keys are the module constants below)::
+Schema, version 2 (keys are the module constants below)::
 
     {
-      "version": 1,
+      "version": 2,
       "format": "wds" | "parquet",
       "layout": "image-folder" | "grouped" | "table" | "text" | "adopted",
+      "layout_reason": "every file is in a class folder ..." | null,  # why this layout (given or detected)
+      "raw_listing_sha256": "..." | null,          # digest of RAW's (path, size, mtime) listing
       "command": ["dataprep", "shard", ...],      # argv as given
       "options": {...},                            # normalised options that shape the output
       "label_map": {"cat": 0, "dog": 1} | null,    # class name -> index, sorted by name
@@ -16,6 +18,8 @@ Schema, version 1 (keys are the module constants below)::
                  "rejected_by_reason": {"truncated": 3, ...}},
       "rejects": "rejects.jsonl"
     }
+
+Version 1 (no ``layout_reason``, no ``raw_listing_sha256``) is still read.
 
 Sample index *i* of the dataset is sample ``i - start`` of the shard whose cumulative
 range holds it, in manifest order; ``Manifest.shard_starts`` gives those starts.
@@ -37,7 +41,8 @@ from dataprep.fsutil import atomic_write_bytes
 
 MANIFEST_NAME = "manifest.json"
 REJECTS_NAME = "rejects.jsonl"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 FORMAT_WDS = "wds"
 FORMAT_PARQUET = "parquet"
@@ -115,6 +120,8 @@ class Manifest:
     label_map: dict[str, int] | None = None
     schema: list[dict[str, str]] | None = None
     rejects: str | None = REJECTS_NAME
+    layout_reason: str | None = None
+    raw_listing_sha256: str | None = None
     version: int = MANIFEST_VERSION
 
     @property
@@ -131,6 +138,8 @@ class Manifest:
             "version": self.version,
             "format": self.format,
             "layout": self.layout,
+            "layout_reason": self.layout_reason,
+            "raw_listing_sha256": self.raw_listing_sha256,
             "command": list(self.command),
             "options": self.options,
             "label_map": self.label_map,
@@ -143,8 +152,8 @@ class Manifest:
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, where: str = MANIFEST_NAME) -> Manifest:
         version = doc.get("version")
-        if version != MANIFEST_VERSION:
-            raise FormatError(f"{where}: manifest version {version!r} not supported (expected {MANIFEST_VERSION})")
+        if version not in READABLE_VERSIONS:
+            raise FormatError(f"{where}: manifest version {version!r} not supported (expected one of {READABLE_VERSIONS})")
         try:
             return cls(
                 format=doc["format"],
@@ -156,6 +165,8 @@ class Manifest:
                 label_map=doc.get("label_map"),
                 schema=doc.get("schema"),
                 rejects=doc.get("rejects"),
+                layout_reason=doc.get("layout_reason"),
+                raw_listing_sha256=doc.get("raw_listing_sha256"),
                 version=version,
             )
         except (KeyError, TypeError, ValueError) as err:
@@ -163,8 +174,12 @@ class Manifest:
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:
-    """Canonical encoding: stable key order, 2-space indent, trailing newline."""
-    return (json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """Canonical encoding: stable key order, 2-space indent, trailing newline.
+
+    ASCII with ``\\u`` escapes: valid JSON for every reader, and names from undecodable file
+    names (surrogateescape) round-trip exactly instead of failing to encode as UTF-8.
+    """
+    return (json.dumps(manifest.to_json(), indent=2) + "\n").encode("ascii")
 
 
 def write_manifest(out_dir: str | os.PathLike[str], manifest: Manifest) -> Path:

@@ -1,9 +1,15 @@
-"""``dataprep shard``: plan -> clean in parallel -> write shards -> manifest, resumable.
+"""``dataprep shard``: plan once -> clean in parallel -> write shards range by range -> manifest.
 
-One loop owns the order: inputs are cleaned in parallel and come back in plan order, so
-shard contents do not depend on the number of workers. After every completed shard a
-checkpoint records how many inputs are final; a killed run restarted with the same
-arguments skips them and ends byte-identical to an uninterrupted run.
+The plan (``dataprep.plan``) is written to OUT's state folder at the start, with the
+digest of RAW's listing and of the options; a rerun reads it back and skips to the
+checkpoint's place in it (``dataprep.checkpoint``), after checking that RAW has not
+changed. One generic loop owns the order: units of the plan become raw records (the
+layout's ``LayoutHandler``), which are cleaned in parallel and come back in plan order,
+so shard contents do not depend on the number of workers. Each range of the plan is
+written by its own shard writer (shards ``{prefix}-{range:05d}-{n:06d}``); after every
+completed shard, and at the end of each range, a checkpoint records the place reached.
+Duplicates of tables and text are found in an on-disk set (``dataprep.seen``) that a
+resume rolls back to the checkpoint.
 
 Media inputs (``--workers`` > 1) are cleaned on threads (decoding releases the GIL) in a
 forked child process that also writes the shards, so image bytes are never pickled or
@@ -18,59 +24,38 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
-from contextlib import closing
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Generator, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
 
-import pyarrow as pa
-
-from dataprep.checkpoint import (
-    PARTIAL_REJECTS_NAME,
-    Checkpoint,
-    finish,
-    prepare_output,
-    save_checkpoint,
-    state_dir,
-)
-from dataprep.clean.images import clean_image, prepare_threads
-from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
-from dataprep.clean.tables import arrow_schema, clean_row
-from dataprep.clean.text import clean_text, text_digest
-from dataprep.config import OutputFormat, ShardConfig
+from dataprep.checkpoint import PARTIAL_REJECTS_NAME, SEEN_NAME, Checkpoint, save_checkpoint, state_dir
+from dataprep.clean.images import prepare_threads
+from dataprep.config import ShardConfig
 from dataprep.errors import RejectBudgetError, UsageError, WorkerCrashError
 from dataprep.fsutil import commit_tmp
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, REJECTS_NAME, Manifest, ShardInfo, Totals, write_manifest
+from dataprep.layouts import IdentityPacker, LayoutHandler, MediaHandler, Result, make_handler, resolve_format
+from dataprep.listing import LISTING_NAME, changes, list_raw, listing_digest, read_listing
+from dataprep.manifest import FORMAT_WDS, REJECTS_NAME, Manifest, ShardInfo, Totals, write_manifest
+from dataprep.outdir import OutputState, check_paths, finish, open_output
 from dataprep.parallel import InFlight, describe_exit, ordered_map, run_forked, threaded_ordered_map
-from dataprep.plan import Item, Plan, PlannedItems, StreamFactory, make_plan
+from dataprep.plan import Plan, PlanInfo, make_plan
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 from dataprep.report import Progress, Summary
-from dataprep.sources import Layout, detect_layout
-from dataprep.writers import EncodedSample, ParquetShardWriter, ShardWriter, TarShardWriter, encode_sample
+from dataprep.sources import Layout, choose_layout
+from dataprep.writers import EncodedSample, ParquetShardWriter, ShardWriter, TarShardWriter
 
-# Columns of Parquet shards holding images; other fields of a sample go to "extra".
-IMAGE_PARQUET_COLUMNS = (("jpg", pa.binary()), ("png", pa.binary()), ("cls", pa.int64()), ("txt", pa.string()), ("json", pa.string()))
-
-
-@dataclass(frozen=True)
-class CleanContext:
-    """Everything a worker process needs to clean any input; sent to each worker once."""
-
-    layout: Layout
-    image: ImageOptions
-    table: TableOptions
-    text: TextOptions
-    label_map: dict[str, int] | None
-    table_schema: dict[str, str] | None
-    encode_tar: bool = False
-
+if TYPE_CHECKING:
+    from dataprep.seen import SeenSet
 
 log = logging.getLogger(__name__)
 
-Result = CleanRecord | EncodedSample | Reject
+Item = RawRecord | Reject
+Tag = tuple[int, int]  # (plan position of the unit, index of the raw record within the unit)
 
 # Inputs submitted to the cleaning threads ahead of the writer, per thread.
 THREAD_WINDOW_PER_WORKER = 32
@@ -80,7 +65,7 @@ THREAD_WINDOW_PER_WORKER = 32
 class CleaningThreads:
     """How a run's child cleans media on threads.
 
-    in_flight: positions being cleaned, shared with the supervising parent;
+    in_flight: plan positions being cleaned, shared with the supervising parent;
     crashed: plan position -> the ``worker_crash`` reject of an input known to crash.
     """
 
@@ -96,100 +81,138 @@ class RunOutcome:
     shards: tuple[ShardInfo, ...]
     processed: int
     bytes_out: int
-    schema: list[dict[str, str]]
 
 
-def clean_item(ctx: CleanContext, item: Item) -> Result:
-    """Clean one input (runs in a worker). Rejects found while planning pass through.
+def clean_item(handler: LayoutHandler, item: Item) -> Result:
+    """Clean one raw record (runs in a worker). Rejects found while planning pass through."""
+    return item if isinstance(item, Reject) else handler.clean(item)
 
-    With ``encode_tar`` a kept sample comes back already serialised as tar members, so
-    the main process only appends bytes (it is the one serial stage of a run).
+
+def plan_records(config: ShardConfig, directory: Path, output_format: str) -> tuple[LayoutHandler, Iterator[Item]]:
+    """Plan ``config.raw`` into ``directory``; the layout's handler and every raw record in plan order.
+
+    What a run cleans, without writing anything (for benchmarks: ``clean_item(handler, item)``).
     """
-    if isinstance(item, Reject):
-        return item
-    if ctx.layout is Layout.TABLE:
-        return clean_row(item, ctx.table_schema or {}, ctx.table)
-    if ctx.layout is Layout.TEXT:
-        return clean_text(item, ctx.text)
-    label_index = ctx.label_map.get(item.label) if ctx.label_map is not None and item.label is not None else None
-    result = clean_image(item, ctx.image, label_index)
-    return encode_sample(result) if ctx.encode_tar and isinstance(result, CleanRecord) else result
-
-
-def resolve_format(config: ShardConfig, layout: Layout) -> str:
-    media = layout in (Layout.IMAGE_FOLDER, Layout.GROUPED)
-    if config.output_format is OutputFormat.AUTO:
-        return FORMAT_WDS if media else FORMAT_PARQUET
-    if config.output_format is OutputFormat.WDS and not media:
-        raise UsageError(f"--format wds holds media samples; a {layout} dataset goes to --format parquet")
-    return str(config.output_format)
+    choice = choose_layout(Path(config.raw), config.layout, follow_symlinks=config.follow_symlinks)
+    plan = make_plan(config, choice.layout, choice.reason, directory)
+    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    return handler, (record for unit in plan.units(0, len(plan)) for record in handler.records(unit))
 
 
 def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress | None = None) -> Summary:
     """Run ``dataprep shard`` (see the module docstring). Raises DataprepError subclasses."""
     started = time.monotonic()
-    raw = Path(config.raw)
-    if not raw.exists():
-        raise UsageError(f"RAW {raw} does not exist")
-    out = Path(config.out)
-    if _is_within(out, raw) and raw.is_dir():
-        raise UsageError(f"OUT {out} is inside RAW {raw}; its shards would become inputs")
-    layout = config.layout or detect_layout(raw)
-    output_format = resolve_format(config, layout)
-    fingerprint = config.fingerprint()
-    state = prepare_output(out, fingerprint, overwrite=config.overwrite)
+    raw, out = Path(config.raw), Path(config.out)
+    check_paths(raw, out)
+    state = open_output(out, config.fingerprint(), overwrite=config.overwrite)
     if state.finished is not None:
-        m = state.finished
-        return Summary(os.fspath(out), m.layout, m.format, m.totals, len(m.shards), sum(s.bytes for s in m.shards),
-                       0.0, 0.0, 0.0, already_complete=True)
-    plan = make_plan(config, layout, state_dir(out))
-    checkpoint = state.resume or Checkpoint(fingerprint)
-    if state.resume is None:
-        save_checkpoint(out, checkpoint)
-    outcome = _execute(config, plan, output_format, checkpoint, progress or Progress(plan.total, enabled=False))
-    totals, shards = outcome.totals, outcome.shards
+        return _already_complete(config, state.finished)
+    plan, checkpoint = _open_plan(config, state)
+    output_format = resolve_format(str(config.output_format), plan.layout)
+    shown = progress or Progress(None, enabled=False)
+    shown.total = len(plan) if plan.layout in (Layout.IMAGE_FOLDER, Layout.GROUPED) else None
+    outcome = _execute(config, plan, output_format, checkpoint, shown)
     _publish_rejects(out)
-    budget = config.max_reject_fraction
-    if budget is not None and totals.inputs_seen and totals.rejected / totals.inputs_seen > budget:
-        raise RejectBudgetError(
-            f"{totals.rejected:,} of {totals.inputs_seen:,} inputs rejected ({totals.rejected / totals.inputs_seen:.1%}), "
-            f"more than --max-reject-fraction {budget}; see {out / REJECTS_NAME}"
-        )
-    manifest = Manifest(
-        format=output_format, layout=str(layout), shards=tuple(shards), totals=totals, command=argv,
-        options=fingerprint, label_map=plan.label_map, schema=outcome.schema, rejects=REJECTS_NAME,
-    )
-    write_manifest(out, manifest)
+    _check_budgets(config, outcome.totals, out)
+    write_manifest(out, _manifest(config, plan, output_format, outcome, argv))
     finish(out)
     elapsed = time.monotonic() - started
     return Summary(
-        os.fspath(out), str(layout), output_format, totals, len(shards), sum(s.bytes for s in shards), elapsed,
-        outcome.processed / elapsed if elapsed else 0.0, outcome.bytes_out / elapsed / 1e6 if elapsed else 0.0,
-        resumed_from_shard=checkpoint.next_shard if state.resume is not None else None,
+        os.fspath(out), str(plan.layout), output_format, outcome.totals, len(outcome.shards),
+        sum(s.bytes for s in outcome.shards), elapsed, outcome.processed / elapsed if elapsed else 0.0,
+        outcome.bytes_out / elapsed / 1e6 if elapsed else 0.0,
+        resumed_from_shard=checkpoint.next_shard if state.plan is not None else None,
+        layout_reason=plan.info.layout_reason,
     )
+
+
+def _open_plan(config: ShardConfig, state: OutputState) -> tuple[Plan, Checkpoint]:
+    """The saved plan and checkpoint of a run to resume (RAW must be unchanged), or a new plan."""
+    out = Path(config.out)
+    if state.plan is not None and state.checkpoint is not None:
+        _check_raw_unchanged(config, state.plan, out)
+        return Plan(state_dir(out)), state.checkpoint
+    choice = choose_layout(Path(config.raw), config.layout, follow_symlinks=config.follow_symlinks)
+    resolve_format(str(config.output_format), choice.layout)  # refuse a bad --format before planning
+    state_dir(out).mkdir(exist_ok=True)
+    try:
+        plan = make_plan(config, choice.layout, choice.reason, state_dir(out))
+    except UsageError:
+        shutil.rmtree(state_dir(out), ignore_errors=True)  # nothing was written but a part of the plan
+        raise
+    checkpoint = Checkpoint()
+    save_checkpoint(out, checkpoint)
+    return plan, checkpoint
+
+
+def _manifest(config: ShardConfig, plan: Plan, output_format: str, outcome: RunOutcome, argv: tuple[str, ...]) -> Manifest:
+    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    return Manifest(
+        format=output_format, layout=str(plan.layout), shards=outcome.shards, totals=outcome.totals, command=argv,
+        options=config.fingerprint(), label_map=plan.info.label_map,
+        schema=_schema_json(handler, output_format, outcome.shards), rejects=REJECTS_NAME,
+        layout_reason=plan.info.layout_reason, raw_listing_sha256=plan.info.listing_sha256,
+    )
+
+
+def _already_complete(config: ShardConfig, m: Manifest) -> Summary:
+    if m.raw_listing_sha256 is not None:
+        now = listing_digest(Path(config.raw), follow_symlinks=config.follow_symlinks)
+        if now != m.raw_listing_sha256:
+            raise UsageError(f"RAW {config.raw} changed since {config.out} was made from it (files added, removed or "
+                             "modified); pass --overwrite to shard it again")
+    return Summary(os.fspath(config.out), m.layout, m.format, m.totals, len(m.shards), sum(s.bytes for s in m.shards),
+                   0.0, 0.0, 0.0, already_complete=True, layout_reason=m.layout_reason)
+
+
+def _check_raw_unchanged(config: ShardConfig, plan: PlanInfo, out: Path) -> None:
+    """Refuse to resume when RAW's listing differs from the plan's, naming what changed."""
+    raw = Path(config.raw)
+    if listing_digest(raw, follow_symlinks=config.follow_symlinks) == plan.listing_sha256:
+        return
+    found = changes(read_listing(state_dir(out) / LISTING_NAME), list_raw(raw, follow_symlinks=config.follow_symlinks))
+    raise UsageError(f"RAW {raw} changed since this run was planned ({'; '.join(found) or 'listing differs'}); "
+                     f"resuming would mix two versions of it. Restore RAW, or pass --overwrite to start again from zero")
+
+
+def _check_budgets(config: ShardConfig, totals: Totals, out: Path) -> None:
+    """Fail (no manifest; a rerun resumes at the end) on too many rejects or no sample at all."""
+    seen, rejected = totals.inputs_seen, totals.rejected
+    budget = config.max_reject_fraction
+    if budget is not None and seen and rejected / seen > budget:
+        raise RejectBudgetError(
+            f"{rejected:,} of {seen:,} inputs rejected ({rejected / seen:.1%}), more than --max-reject-fraction "
+            f"{budget}; see {out / REJECTS_NAME}. Rerun with a higher fraction to finish"
+        )
+    if totals.samples_kept == 0 and not config.allow_empty:
+        reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(totals.rejected_by_reason.items())) or "none"
+        what = f"all {seen:,} inputs were rejected ({reasons}; see {out / REJECTS_NAME})" if seen else "no input was found"
+        raise RejectBudgetError(f"no sample was kept: {what}. Check RAW and --layout, or pass --allow-empty "
+                                "to accept an empty output")
 
 
 def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress) -> RunOutcome:
     """Run the write loop: here, or for media on several workers in a supervised child (module docstring)."""
-    if config.workers <= 1 or not isinstance(plan.items, PlannedItems):
+    if config.workers <= 1 or plan.layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
         return _Run(config, plan, output_format, checkpoint, progress).execute()
     in_flight = InFlight(config.workers * THREAD_WINDOW_PER_WORKER)
     crashed: dict[int, Reject] = {}
+    out = Path(config.out)
     while True:
         run = _Run(config, plan, output_format, checkpoint, progress, CleaningThreads(in_flight, dict(crashed)))
         forked = run_forked(run.execute)
         if not forked.died:
             return forked.result()
         suspects = [p for p in in_flight.positions() if p not in crashed]
-        culprits = _crash_culprits(run.context(), plan.items, suspects)
+        culprits = _crash_culprits(run.handler, plan, suspects)
         if not culprits:
-            sources = [getattr(plan.items.at(p), "source", "?") for p in suspects]
-            shown = ", ".join(sources[:5]) + (" ..." if len(sources) > 5 else "")
+            names = [getattr(plan.at(p), "source", "?") for p in suspects]
+            shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
             raise WorkerCrashError(
                 f"the process cleaning and writing shards died ({describe_exit(forked.exit_status)}) while cleaning "
-                f"{len(sources)} inputs ({shown or 'none'}), none of which crashes when cleaned alone; "
+                f"{len(names)} inputs ({shown or 'none'}), none of which crashes when cleaned alone; "
                 f"rerun the same command to resume from the last complete shard",
-                sources,
+                names,
             )
         crashed.update(culprits)
         in_flight.reset()
@@ -197,163 +220,195 @@ def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Ch
             log.warning("%s: %s; rejected (worker_crash), the run resumes from its last complete shard",
                         reject.source, reject.detail)
         # Tidy what the dead child left (its open shard, rejects past its last checkpoint).
-        resumed = prepare_output(Path(config.out), config.fingerprint(), overwrite=False).resume
-        checkpoint = resumed or checkpoint
+        state = open_output(out, config.fingerprint(), overwrite=False)
+        checkpoint = state.checkpoint or checkpoint
 
 
-def _crash_culprits(ctx: CleanContext, items: PlannedItems, positions: list[int]) -> dict[int, Reject]:
+def _crash_culprits(handler: LayoutHandler, plan: Plan, positions: list[int]) -> dict[int, Reject]:
     """Position -> ``worker_crash`` reject, for each input at ``positions`` that kills a process of its own."""
     culprits: dict[int, Reject] = {}
     for position in positions:
-        item = items.at(position)
-        forked = run_forked(clean_item, ctx, item)
-        if forked.died:
-            culprits[position] = crash_reject(item, forked.exit_status)
+        unit = plan.at(position)
+        if isinstance(unit, Reject):
+            continue
+        forked = run_forked(clean_item, handler, unit)
+        if forked.died and isinstance(unit, RawRecord):
+            culprits[position] = crash_reject(unit, forked.exit_status)
     return culprits
 
 
 class _Run:
-    """The write loop of one run: results in plan order -> rejects file, writer, checkpoints."""
+    """The write loop of one run: plan ranges -> results in plan order -> rejects file, writers, checkpoints."""
 
     def __init__(self, config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress,
                  threads: CleaningThreads | None = None) -> None:
         self.config, self.plan, self.format, self.checkpoint, self.progress = config, plan, output_format, checkpoint, progress
+        self.handler = make_handler(plan, config.image, config.table, config.text, output_format)
         self.threads = threads
         self.out = Path(config.out)
         self.counts: Counter[str] = Counter(checkpoint.totals.rejected_by_reason)
         self.kept = checkpoint.totals.samples_kept
         self.shards: list[ShardInfo] = list(checkpoint.shards)
-        self.seen_digests: set[object] = set()
+        self.records_done = checkpoint.records_done
+        self.cursor: Tag = (checkpoint.position, checkpoint.skip)
+        self.packer = IdentityPacker()
+        self.packer.load_state_dict(checkpoint.carry)
+        self.seen: SeenSet | None = None
+        self.range_index = checkpoint.range
+        self.next_shard = checkpoint.next_shard
         self.processed = 0
         self.bytes_out = 0
-        self.parquet_schema: pa.Schema | None = None
-
-    def context(self) -> CleanContext:
-        return CleanContext(self.plan.layout, self.config.image, self.config.table, self.config.text,
-                            self.plan.label_map, self.plan.table_schema, encode_tar=self.format == FORMAT_WDS)
 
     def execute(self) -> RunOutcome:
-        done = self.checkpoint.records_done
-        # Media inputs already accounted for are skipped outright; table and text inputs are
-        # cleaned again (cheap) because duplicate detection needs what they contained.
-        replay = not isinstance(self.plan.items, PlannedItems)
-        items = self.plan.items if replay else self.plan.items.iter_from(done)
-        position = 0 if replay else done
         rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME
-        with self._writer() as writer, open(rejects_path, "ab") as rejects, closing(self._results(items, position)) as results:
-            for result in results:
-                position += 1
-                if replay and position <= done:
-                    self._remember(result)
-                    continue
-                self._consume(result, writer, rejects, position)
-            self._closed(writer.close(), rejects, position)
-            rejects.flush()
-            os.fsync(rejects.fileno())
+        try:
+            with open(rejects_path, "ab") as rejects:
+                for index in range(self.checkpoint.range, self.plan.num_ranges):
+                    self._write_range(index, rejects)
+        finally:
+            if self.seen is not None:
+                self.seen.close()
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out, force=True)
         self.progress.close()
         rejected = sum(self.counts.values())
         totals = Totals(self.kept + rejected, self.kept, rejected, dict(self.counts))
-        return RunOutcome(totals, tuple(self.shards), self.processed, self.bytes_out, self.schema_json(self.shards))
+        return RunOutcome(totals, tuple(self.shards), self.processed, self.bytes_out)
 
-    def _results(self, items: Iterator[Item] | StreamFactory, first: int) -> Generator[Result, None, None]:
-        """Cleaning results in plan order; ``first``: the plan position of the first item."""
-        ctx, workers = self.context(), self.config.workers
+    def _write_range(self, index: int, rejects: BinaryIO) -> None:
+        """Write range ``index`` from the checkpoint's place in it (or its start) to its end."""
+        start, stop = self.plan.range_bounds(index)
+        if index == self.checkpoint.range:
+            first, skip, self.next_shard = self.checkpoint.position, self.checkpoint.skip, self.checkpoint.next_shard
+        else:
+            first, skip, self.next_shard = start, 0, 0
+        self.range_index = index
+        tags: deque[Tag] = deque()
+        with self._writer(index, self.next_shard) as writer, closing(self._results(first, stop, skip, tags)) as results:
+            for result in results:
+                self._consume(tags.popleft(), result, writer, rejects, index)
+            for sample in self.packer.finish():
+                self._written(writer.write(sample), rejects, index, None)
+            closed = writer.close()
+        self.cursor = (stop, 0)
+        self._checkpoint(closed, rejects, index + 1, self.cursor, self.records_done)
+
+    def _items(self, first: int, stop: int, skip: int, tags: deque[Tag]) -> Iterator[Item]:
+        """Raw records of units [first, stop), the first ``skip`` records of unit ``first`` left out.
+
+        Skipped records are parsed, not cleaned: at most one unit (a file part of at most
+        ``plan.MAX_PART_BYTES``, or a whole CSV or Parquet file) is read again on resume.
+        """
+        for position, unit in enumerate(self.plan.units(first, stop), first):
+            start = skip if position == first else 0
+            for k, item in enumerate(self.handler.records(unit)):
+                if k < start:
+                    continue
+                if self.threads is not None:
+                    item = self.threads.crashed.get(position, item)
+                tags.append((position, k))
+                yield item
+
+    def _results(self, first: int, stop: int, skip: int, tags: deque[Tag]) -> Generator[Result, None, None]:
+        """Cleaning results in plan order; ``tags`` gets each one's (position, record) as it is submitted."""
+        items = self._items(first, stop, skip, tags)
+        handler, workers = self.handler, self.config.workers
         if self.threads is None:
-            return ordered_map(clean_item, items, context=ctx, workers=workers, on_crash=crash_reject)
+            return ordered_map(clean_item, items, context=handler, workers=workers, on_crash=crash_reject)
         prepare_threads()
-        crashed = self.threads.crashed
-        # An input known to crash arrives as its reject, which clean_item passes through.
-        items = (crashed.get(position, item) for position, item in enumerate(items, first))
-        return threaded_ordered_map(clean_item, items, context=ctx, workers=workers, window=self.threads.in_flight.slots,
-                                    first_position=first, in_flight=self.threads.in_flight)
+        # One raw record per media unit, so item i is at plan position first + i (skip: 0 or 1).
+        return threaded_ordered_map(clean_item, items, context=handler, workers=workers, window=self.threads.in_flight.slots,
+                                    first_position=first + skip, in_flight=self.threads.in_flight)
 
-    def _consume(self, result: Result, writer: ShardWriter, rejects: Any, position: int) -> None:
+    def _consume(self, tag: Tag, result: Result, writer: ShardWriter, rejects: BinaryIO, index: int) -> None:
         self.processed += 1
-        if isinstance(result, CleanRecord) and not self._remember(result):
-            result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
+        if not isinstance(result, Reject):
+            digest = self.handler.dedup_digest(result)
+            if digest is not None and self._seen().first(digest, self.records_done) is not None:
+                result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
         if isinstance(result, Reject):
             self.counts[str(result.reason)] += 1
-            rejects.write(json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n")
+            rejects.write(reject_line(result))
         else:
             self.kept += 1
-            self._closed(writer.write(self._row(result)), rejects, position)
+            for sample in self.packer.push(result):
+                self._written(writer.write(sample), rejects, index, tag)
+        self.records_done += 1
+        self.cursor = self._after(tag)
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out)
 
-    def _remember(self, result: Result) -> bool:
-        """Track duplicates of tables (``--dedup-on``) and text; False if ``result`` repeats one."""
-        if not isinstance(result, CleanRecord):
-            return True
-        if self.plan.layout is Layout.TEXT:
-            digest: object = text_digest(result)
-        elif self.plan.layout is Layout.TABLE and self.config.table.dedup_on:
-            digest = repr(result.fields.get(self.config.table.dedup_on))
-        else:
-            return True
-        if digest in self.seen_digests:
-            return False
-        self.seen_digests.add(digest)
-        return True
+    def _after(self, tag: Tag) -> Tag:
+        """The cursor just past the raw record at ``tag`` (a media unit is one raw record)."""
+        position, k = tag
+        return (position + 1, 0) if isinstance(self.handler, MediaHandler) else (position, k + 1)
 
-    def _closed(self, closed: list[ShardInfo], rejects: Any, position: int) -> None:
-        """Checkpoint after shards closed while writing input ``position`` (1-based).
+    def _written(self, closed: list[ShardInfo], rejects: BinaryIO, index: int, tag: Tag | None) -> None:
+        """Checkpoint after shards closed while writing the input at ``tag`` (None: the range's carry).
 
         Inputs before it are final; the input itself is final only if it went into a
         closed shard (a writer may close a shard before or after adding a sample).
         """
         if not closed:
             return
+        kept_done = sum(s.num_samples for s in self.shards) + sum(s.num_samples for s in closed)
+        if tag is None:
+            cursor, done = self.cursor, self.records_done
+        elif kept_done == self.kept:
+            cursor, done = self._after(tag), self.records_done + 1
+        else:
+            cursor, done = tag, self.records_done
+        self._checkpoint(closed, rejects, index, cursor, done)
+
+    def _checkpoint(self, closed: list[ShardInfo], rejects: BinaryIO, index: int, cursor: Tag, records_done: int) -> None:
+        """Save the place reached: range ``index`` (its next shard), ``cursor`` and ``records_done``."""
         self.shards.extend(closed)
+        self.next_shard += len(closed)
         self.bytes_out += sum(s.bytes for s in closed)
         rejects.flush()
         os.fsync(rejects.fileno())
+        if self.seen is not None:
+            self.seen.commit()
         rejected = sum(self.counts.values())
         kept_done = sum(s.num_samples for s in self.shards)
-        records_done = position if kept_done == self.kept else position - 1
         totals = Totals(kept_done + rejected, kept_done, rejected, dict(self.counts))
-        self.checkpoint = replace(self.checkpoint, next_shard=self.checkpoint.next_shard + len(closed),
+        next_shard = self.next_shard if index == self.range_index else 0
+        self.checkpoint = replace(self.checkpoint, range=index, next_shard=next_shard, position=cursor[0], skip=cursor[1],
                                   records_done=records_done, rejects_bytes=rejects.tell(), totals=totals,
-                                  shards=tuple(self.shards))
+                                  shards=tuple(self.shards), carry=self.packer.state_dict())
         save_checkpoint(self.out, self.checkpoint)
 
-    def _writer(self) -> ShardWriter:
+    def _seen(self) -> SeenSet:
+        if self.seen is None:
+            from dataprep.seen import SeenSet  # only tables and text look for duplicates here
+
+            self.seen = SeenSet.open(state_dir(self.out) / SEEN_NAME)
+            self.seen.truncate(self.checkpoint.records_done)
+        return self.seen
+
+    def _writer(self, index: int, next_shard: int) -> ShardWriter:
         c = self.config
+        prefix = f"{c.prefix}-{index:05d}"
         if self.format == FORMAT_WDS:
-            return TarShardWriter(self.out, prefix=c.prefix, max_shard_bytes=c.max_shard_bytes,
-                                  max_samples_per_shard=c.max_samples_per_shard, start_shard=self.checkpoint.next_shard)
-        self.parquet_schema = self._parquet_schema()
-        return ParquetShardWriter(self.out, schema=self.parquet_schema, prefix=c.prefix, max_shard_bytes=c.max_shard_bytes,
-                                  max_samples_per_shard=c.max_samples_per_shard, row_group_bytes=c.row_group_bytes,
-                                  start_shard=self.checkpoint.next_shard)
+            return TarShardWriter(self.out, prefix=prefix, max_shard_bytes=c.max_shard_bytes,
+                                  max_samples_per_shard=c.max_samples_per_shard, start_shard=next_shard)
+        return ParquetShardWriter(self.out, schema=self.handler.parquet_schema(), prefix=prefix,
+                                  max_shard_bytes=c.max_shard_bytes, max_samples_per_shard=c.max_samples_per_shard,
+                                  row_group_bytes=c.row_group_bytes, start_shard=next_shard)
 
-    def _parquet_schema(self) -> pa.Schema:
-        if self.plan.layout is Layout.TABLE:
-            return arrow_schema(self.plan.table_schema or {})
-        if self.plan.layout is Layout.TEXT:
-            return pa.schema([("__key__", pa.string()), ("text", pa.string()), ("__source__", pa.string()), ("__row__", pa.int64())])
-        return pa.schema([("__key__", pa.string()), *IMAGE_PARQUET_COLUMNS, ("extra", pa.map_(pa.string(), pa.binary()))])
 
-    def _row(self, record: CleanRecord | EncodedSample) -> CleanRecord | EncodedSample:
-        """Image samples bound for Parquet: bytes fields -> typed columns."""
-        if isinstance(record, EncodedSample) or self.format != FORMAT_PARQUET or self.plan.layout not in (
-            Layout.IMAGE_FOLDER, Layout.GROUPED
-        ):
-            return record
-        fields = dict(record.fields)
-        row: dict[str, object] = {"jpg": fields.pop("jpg", None), "png": fields.pop("png", None)}
-        cls = fields.pop("cls", None)
-        row["cls"] = int(cls) if isinstance(cls, bytes) else None
-        for name in ("txt", "json"):
-            value = fields.pop(name, None)
-            row[name] = value.decode("utf-8") if isinstance(value, bytes) else None
-        row["extra"] = sorted(fields.items()) or None
-        return CleanRecord(record.key, record.source, row)
+def _schema_json(handler: LayoutHandler, output_format: str, shards: tuple[ShardInfo, ...]) -> list[dict[str, str]]:
+    if output_format != FORMAT_WDS:
+        return [{"name": f.name, "type": str(f.type)} for f in handler.parquet_schema()]
+    fields = sorted({f for s in shards for f in s.fields})
+    return [{"name": f, "type": "int64" if f == "cls" else "binary"} for f in fields]
 
-    def schema_json(self, shards: list[ShardInfo]) -> list[dict[str, str]]:
-        if self.parquet_schema is not None:
-            return [{"name": f.name, "type": str(f.type)} for f in self.parquet_schema]
-        fields = sorted({f for s in shards for f in s.fields})
-        return [{"name": f, "type": "int64" if f == "cls" else "binary"} for f in fields]
+
+def reject_line(reject: Reject) -> bytes:
+    """One line of rejects.jsonl: UTF-8 JSON; names that are not UTF-8 keep their bytes as \\udcXX escapes."""
+    doc = reject.to_json()
+    try:
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate from surrogateescape: os.fsencode restores the bytes
+        return json.dumps(doc).encode("ascii") + b"\n"
 
 
 def crash_reject(item: Item, exit_status: int | None) -> Reject:
@@ -364,19 +419,10 @@ def crash_reject(item: Item, exit_status: int | None) -> Reject:
     return Reject(item.source, RejectReason.WORKER_CRASH, detail, item.row)
 
 
-def _row_of(record: CleanRecord) -> int | None:
-    row = record.fields.get("__row__")
+def _row_of(record: CleanRecord | EncodedSample) -> int | None:
+    row = record.fields.get("__row__") if isinstance(record, CleanRecord) else None
     return row if isinstance(row, int) else None
 
 
 def _publish_rejects(out: Path) -> None:
     commit_tmp(state_dir(out) / PARTIAL_REJECTS_NAME, out / REJECTS_NAME)
-
-
-def _is_within(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-    except ValueError:
-        return False
-    return True
-

@@ -1,138 +1,273 @@
-"""Pass 1: the deterministic input order of a run, before any decoding.
+"""The plan of a run: every input of RAW as a numbered *unit*, in output order, split into ranges.
 
-Media (image-folder, grouped): every raw record is listed in sorted key order, exact
-duplicates are found (first by sorted key wins), records without a usable label are
-rejected, and the list is permuted by ``seed`` so that classes mix inside every shard.
-Duplicate search is cheap: only files of equal size are read, and only the first
-64 KiB of them unless those collide too.
+A run writes its plan once, at the start, to OUT's state folder; every later run (a
+resume, or one node of a multi-node run) reads it instead of looking at RAW again.
+Files of ``OUT/.dataprep/`` (``plan.json`` is written last: its presence means the
+plan is complete)::
 
-The planned media inputs are spilled to ``OUT/.dataprep/plan.bin`` (one pickled item
-each) and addressed through numpy arrays, so the main process holds about 70 bytes per
-input (offset, size, order, and the key set that keeps keys unique) instead of ~525
-bytes of Python objects (tracemalloc; tests/dataprep/test_pipeline.py).
+    plan.json          PlanInfo: layout and why, the options, RAW's listing digest, counts
+    units.bin          the units, one pickled object each, in sorted order
+    units.offsets.npy  int64 [N + 1] byte ranges of the units in units.bin
+    order.npy          int64 [N] output order: position p is unit order[p]
+    bytes.npy          int64 [N] input bytes of the unit at each position (what ranges balance)
+    ranges.npy         int64 [R + 1] first position of each range, then N
+    replaced.pkl       {unit index: Reject} for media duplicates found after spilling
+    listing.bin        RAW's listing (``dataprep.listing``)
 
-Tables and text stream in file order (bounded memory); their duplicates are found
-while writing, in that order.
+Units by layout:
+
+- image-folder, grouped: one ``RawRecord`` (an input) or ``Reject`` each; exact duplicates
+  are found here (first in sorted key order wins), inputs without a class are rejected,
+  and the order is a permutation by ``seed`` so that classes mix inside every shard.
+- table, text: one ``FilePart`` each: a file, or for line-based files (JSONL, text by
+  line) larger than the part size a byte range of one starting at a line, with the
+  line number it starts at; files the layout has no use for are ``Reject`` units.
+
+A *range* is a run of consecutive positions holding about ``range_bytes`` of input. A
+range is written on its own (its shards are numbered within the range, nothing carries
+over from the range before), so its output depends only on the plan and the range: the
+unit of work a multi-node run hands out. Memory: ~30 bytes per unit (numpy arrays); the
+units themselves stay on disk.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import json
 import os
 import pickle
 from array import array
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from dataprep.clean.tables import infer_schema, iter_table_rows
-from dataprep.clean.text import iter_text_records
+from dataprep.clean.options import TextUnit
+from dataprep.clean.tables import TABLE_SUFFIXES, infer_schema, iter_table_rows
 from dataprep.config import ShardConfig
+from dataprep.errors import FormatError, UsageError
+from dataprep.fsutil import atomic_write_bytes
+from dataprep.listing import LISTING_NAME, write_listing
 from dataprep.records import RawRecord, Reject, RejectReason
-from dataprep.sources import (
-    IMAGE_EXTENSIONS,
-    TABLE_EXTENSIONS,
-    TEXT_EXTENSIONS,
-    KeyAssigner,
-    Layout,
-    RawFile,
-    extension,
-    media_records,
-    walk_files,
-)
+from dataprep.duplicates import find_duplicates, image_size
+from dataprep.sources import TEXT_EXTENSIONS, KeyAssigner, Layout, RawFile, extension, media_records, walk_files
 
-Item = RawRecord | Reject
-_HEAD_BYTES = 64 * 1024
+PLAN_VERSION = 1
+PLAN_NAME = "plan.json"
+UNITS_NAME = "units.bin"
+OFFSETS_NAME = "units.offsets.npy"
+ORDER_NAME = "order.npy"
+BYTES_NAME = "bytes.npy"
+RANGES_NAME = "ranges.npy"
+REPLACED_NAME = "replaced.pkl"
+PLAN_FILES = (PLAN_NAME, UNITS_NAME, OFFSETS_NAME, ORDER_NAME, BYTES_NAME, RANGES_NAME, REPLACED_NAME, LISTING_NAME)
+# Line-based files above this many bytes are planned as several parts (a part is never
+# larger than a range either).
+MAX_PART_BYTES = 64 * 2**20
 _SCHEMA_SAMPLE_ROWS = 1000
+_LINE_KINDS = frozenset({"jsonl"})
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart:
+    """A table or text file, or the part of one in bytes [start, end) (end None: to its end).
+
+    key: the file's unique key stem (records are ``f"{key}_{row:08d}"``, or ``key`` for a
+    whole text file); first_row: the 1-based line number at ``start``; size: bytes planned.
+    """
+
+    source: str
+    path: str
+    key: str
+    size: int
+    start: int = 0
+    end: int | None = None
+    first_row: int = 1
+
+
+Unit = RawRecord | Reject | FilePart
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The inputs of a run in their deterministic order.
+class PlanInfo:
+    """``plan.json``: what the plan was built from. ``fingerprint``: the options that shape the output."""
 
-    items: ``PlannedItems`` (media) or a re-iterable ``StreamFactory`` (tables, text).
-    total: number of inputs when known up front, else None.
-    label_map: class name -> index for the image-folder layout, else None.
-    table_schema: column -> type name for tables, else None.
-    """
-
-    layout: Layout
-    items: PlannedItems | StreamFactory
-    total: int | None
+    layout: str
+    layout_reason: str
+    fingerprint: dict[str, Any]
+    listing_sha256: str
+    num_units: int
+    num_ranges: int
     label_map: dict[str, int] | None = None
     table_schema: dict[str, str] | None = None
+    version: int = PLAN_VERSION
+
+    def to_bytes(self) -> bytes:
+        # ASCII with escapes: a class name from an undecodable folder name (surrogateescape)
+        # round-trips exactly, where UTF-8 output would fail on it.
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode("ascii")
+
+    @classmethod
+    def from_path(cls, path: Path) -> PlanInfo:
+        try:
+            doc = json.loads(path.read_bytes())
+            if doc.get("version") != PLAN_VERSION:
+                raise FormatError(f"{path}: plan version {doc.get('version')!r} not supported (expected {PLAN_VERSION})")
+            return cls(**doc)
+        except (OSError, ValueError, TypeError) as err:
+            raise FormatError(f"{path}: unreadable plan ({err!r}); rerun with --overwrite to plan again") from err
 
 
-class PlannedItems:
-    """Media inputs spilled to a file, read back in plan order.
+class Plan:
+    """A plan read back from its folder: units by position, and the ranges.
 
-    offsets: int64 [N + 1] byte ranges of the pickled items in sorted key order;
-    order: int64 [N] the permutation to write them in; replaced: index -> Reject for
-    duplicates found after spilling (few).
+    offsets: int64 [N + 1]; order: int64 [N]; unit_bytes: int64 [N] by position;
+    range_starts: int64 [R + 1]; replaced: unit index -> Reject.
     """
 
-    def __init__(self, path: Path, offsets: np.ndarray, order: np.ndarray, replaced: dict[int, Reject]) -> None:
-        self.path, self.offsets, self.order, self.replaced = path, offsets, order, replaced
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.info = PlanInfo.from_path(directory / PLAN_NAME)
+        try:
+            self.offsets = np.load(directory / OFFSETS_NAME)
+            self.order = np.load(directory / ORDER_NAME)
+            self.unit_bytes = np.load(directory / BYTES_NAME)
+            self.range_starts = np.load(directory / RANGES_NAME)
+            self.replaced: dict[int, Reject] = pickle.loads((directory / REPLACED_NAME).read_bytes())
+        except (OSError, ValueError, pickle.UnpicklingError) as err:
+            raise FormatError(f"{directory}: damaged plan ({err!r}); rerun with --overwrite to plan again") from err
+        if len(self.order) != self.info.num_units or len(self.range_starts) != self.info.num_ranges + 1:
+            raise FormatError(f"{directory}: plan arrays do not match {PLAN_NAME}; rerun with --overwrite to plan again")
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.info.layout)
 
     def __len__(self) -> int:
         return int(self.order.shape[0])
 
-    def load(self, i: int, fd: int) -> Item:
-        """The item with sorted index ``i``."""
-        if i in self.replaced:
-            return self.replaced[i]
-        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        item: Item = pickle.loads(os.pread(fd, end - start, start))
-        return item
+    @property
+    def num_ranges(self) -> int:
+        return int(self.range_starts.shape[0]) - 1
 
-    def at(self, position: int) -> Item:
-        """The item at ``position`` in plan order."""
-        fd = os.open(self.path, os.O_RDONLY)
+    def range_bounds(self, index: int) -> tuple[int, int]:
+        """[start, stop) positions of range ``index``."""
+        return int(self.range_starts[index]), int(self.range_starts[index + 1])
+
+    def range_of(self, position: int) -> int:
+        """The range holding ``position`` (``num_ranges`` for the end of the plan)."""
+        return int(np.searchsorted(self.range_starts, position, side="right")) - 1 if position < len(self) else self.num_ranges
+
+    def load(self, index: int, fd: int) -> Unit:
+        """The unit with sorted index ``index``."""
+        if index in self.replaced:
+            return self.replaced[index]
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        unit: Unit = pickle.loads(os.pread(fd, end - start, start))
+        return unit
+
+    def at(self, position: int) -> Unit:
+        """The unit at ``position`` in output order."""
+        fd = os.open(self.directory / UNITS_NAME, os.O_RDONLY)
         try:
             return self.load(int(self.order[position]), fd)
         finally:
             os.close(fd)
 
-    def iter_from(self, position: int) -> Iterator[Item]:
-        """Items in plan order, skipping the first ``position``."""
-        fd = os.open(self.path, os.O_RDONLY)
+    def units(self, start: int, stop: int) -> Iterator[Unit]:
+        """Units at positions [start, stop), in order."""
+        fd = os.open(self.directory / UNITS_NAME, os.O_RDONLY)
         try:
-            for i in self.order[position:].tolist():
-                yield self.load(i, fd)
+            for index in self.order[start:stop].tolist():
+                yield self.load(index, fd)
         finally:
             os.close(fd)
 
 
-@dataclass(frozen=True)
-class StreamFactory:
-    """Re-creates the stream of table rows or text records, in the same order every time."""
+def is_planned(directory: Path) -> bool:
+    return (directory / PLAN_NAME).exists()
 
-    config: ShardConfig
-    layout: Layout
 
-    def __iter__(self) -> Iterator[Item]:
-        keys = KeyAssigner()
-        wanted = TABLE_EXTENSIONS if self.layout is Layout.TABLE else TEXT_EXTENSIONS
-        for item in _input_files(self.config):
-            if isinstance(item, Reject):
-                yield item
-                continue
-            ext = extension(item.rel)
-            if ext not in wanted and not (self.layout is Layout.TEXT and Path(self.config.raw).is_file()):
-                yield Reject(item.rel, RejectReason.UNSUPPORTED, f"'.{ext}' files are not part of a {self.layout} dataset")
-                continue
-            if self.layout is Layout.TABLE:
-                records: Iterable[RawRecord] = iter_table_rows(Path(item.path), item.rel)
-            else:
-                records = iter_text_records(Path(item.path), item.rel, self.config.text.unit)
-            stem = item.rel.rsplit(".", 1)[0] if "." in item.rel else item.rel
-            for record in records:
-                suffix = f"{record.row:08d}" if record.row is not None else "0"
-                yield dataclasses.replace(record, key=keys.assign(f"{stem}/{suffix}"))
+def make_plan(config: ShardConfig, layout: Layout, layout_reason: str, directory: Path) -> Plan:
+    """Build the plan of ``config`` into ``directory`` (see the module docstring) and read it back."""
+    raw = Path(config.raw)
+    listing_sha256 = write_listing(raw, directory / LISTING_NAME, follow_symlinks=config.follow_symlinks)
+    label_map: dict[str, int] | None = None
+    table_schema: dict[str, str] | None = None
+    if layout in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+        units = media_records(raw, layout, follow_symlinks=config.follow_symlinks)
+        offsets, sizes, labels = _spill(units, directory / UNITS_NAME, check_label=layout is Layout.IMAGE_FOLDER)
+        if layout is Layout.IMAGE_FOLDER:
+            label_map = {name: i for i, name in enumerate(sorted(labels))}
+        replaced = find_duplicates(directory / UNITS_NAME, offsets, sizes)
+        count = len(sizes)
+        order = np.random.default_rng(config.seed).permutation(count) if config.shuffle else np.arange(count)
+    else:
+        part_bytes = min(MAX_PART_BYTES, config.range_bytes)
+        units = _file_units(config, layout, part_bytes)
+        offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
+        replaced = {}
+        order = np.arange(len(sizes))
+        if layout is Layout.TABLE:
+            table_schema = _table_schema(config, directory / UNITS_NAME, offsets)
+    order = order.astype(np.int64)
+    unit_bytes = np.maximum(sizes[order], 0) if len(sizes) else np.zeros(0, dtype=np.int64)
+    range_starts = split_ranges(unit_bytes, config.range_bytes)
+    np.save(directory / OFFSETS_NAME, offsets)
+    np.save(directory / ORDER_NAME, order)
+    np.save(directory / BYTES_NAME, unit_bytes)
+    np.save(directory / RANGES_NAME, range_starts)
+    atomic_write_bytes(directory / REPLACED_NAME, pickle.dumps(replaced, protocol=pickle.HIGHEST_PROTOCOL))
+    info = PlanInfo(str(layout), layout_reason, config.fingerprint(), listing_sha256, len(order),
+                    len(range_starts) - 1, label_map, table_schema)
+    atomic_write_bytes(directory / PLAN_NAME, info.to_bytes())
+    return Plan(directory)
+
+
+def split_ranges(unit_bytes: np.ndarray, range_bytes: int) -> np.ndarray:
+    """int64 [R + 1]: range starts over positions; a range closes once it holds ``range_bytes`` or more.
+
+    A pure function of the plan's unit sizes and ``range_bytes``: the same plan always
+    splits the same way, whoever runs it. An empty plan has one empty range.
+    """
+    starts = [0]
+    total = 0
+    for position, nbytes in enumerate(unit_bytes.tolist()):
+        total += max(int(nbytes), 1)
+        if total >= range_bytes and position + 1 < len(unit_bytes):
+            starts.append(position + 1)
+            total = 0
+    starts.append(len(unit_bytes))
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _spill(units: Iterable[Unit], path: Path, *, check_label: bool) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """Pickle units to ``path``; returns offsets int64 [N+1], sizes int64 [N] (-1: none), labels."""
+    offsets, sizes = array("q", [0]), array("q")
+    labels: set[str] = set()
+    with open(path, "wb") as f:
+        for unit in units:
+            if check_label and isinstance(unit, RawRecord):
+                if unit.label is None:
+                    unit = Reject(unit.source, RejectReason.BAD_LABEL, "file is not inside a class folder (RAW/<class>/<file>)")
+                else:
+                    labels.add(unit.label)
+            sizes.append(unit.size if isinstance(unit, FilePart) else image_size(unit))
+            f.write(pickle.dumps(unit, protocol=pickle.HIGHEST_PROTOCOL))
+            offsets.append(f.tell())
+        f.flush()
+        os.fsync(f.fileno())
+    return np.frombuffer(offsets, dtype=np.int64).copy(), np.frombuffer(sizes, dtype=np.int64).copy(), labels
+
+
+# ----------------------------------------------------------------------------- tables and text
+
+
+def table_kind(name: str) -> str | None:
+    """'csv', 'tsv', 'jsonl' or 'parquet' for a table file name, else None."""
+    suffix = "." + name.rpartition(".")[2].lower() if "." in name.rpartition("/")[2] else ""
+    return TABLE_SUFFIXES.get(suffix)
 
 
 def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
@@ -143,128 +278,90 @@ def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
         yield from walk_files(raw, follow_symlinks=config.follow_symlinks)
 
 
-def make_plan(config: ShardConfig, layout: Layout, spill_dir: Path) -> Plan:
-    if layout in (Layout.TABLE, Layout.TEXT):
-        stream = StreamFactory(config, layout)
-        schema = None
+def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterator[FilePart | Reject]:
+    """The units of a table or text RAW, in sorted file order."""
+    keys = KeyAssigner()
+    single = Path(config.raw).is_file()
+    for item in _input_files(config):
+        if isinstance(item, Reject):
+            yield item
+            continue
+        kind = table_kind(item.rel)
         if layout is Layout.TABLE:
-            schema = config.table.schema or infer_schema(_schema_sample(stream))
-        return Plan(layout, stream, None, table_schema=schema)
-    path = spill_dir / "plan.bin"
-    offsets, sizes, labels = _spill(media_records(Path(config.raw), layout, follow_symlinks=config.follow_symlinks),
-                                    path, check_label=layout is Layout.IMAGE_FOLDER)
-    label_map = {name: i for i, name in enumerate(sorted(labels))} if layout is Layout.IMAGE_FOLDER else None
-    items = PlannedItems(path, offsets, np.arange(len(sizes), dtype=np.int64), {})
-    items.replaced.update(find_duplicates(items, sizes))
-    if config.shuffle:
-        items.order = np.random.default_rng(config.seed).permutation(len(sizes)).astype(np.int64)
-    return Plan(layout, items, len(items), label_map=label_map)
+            usable, line_based = kind is not None, kind in _LINE_KINDS
+        else:
+            usable = single or extension(item.rel) in TEXT_EXTENSIONS
+            line_based = config.text.unit is TextUnit.LINE
+        if not usable:
+            yield Reject(item.rel, RejectReason.UNSUPPORTED, f"'{item.rel.rpartition('/')[2]}' is not a file of a {layout} dataset")
+            continue
+        name = item.rel.rpartition("/")[2]
+        stem = item.rel[: len(item.rel) - len(name)] + (name.rpartition(".")[0] if "." in name.lstrip(".") else name)
+        key = keys.assign(stem)
+        if not line_based or item.size <= part_bytes:
+            yield FilePart(item.rel, item.path, key, item.size)
+            continue
+        for start, end, first_row in line_parts(Path(item.path), part_bytes):
+            size = (end if end is not None else item.size) - start
+            yield FilePart(item.rel, item.path, key, size, start, end, first_row)
 
 
-def _spill(records: Iterable[Item], path: Path, *, check_label: bool) -> tuple[np.ndarray, np.ndarray, set[str]]:
-    """Pickle items to ``path``; returns offsets int64 [N+1], image sizes int64 [N] (-1: none), labels."""
-    offsets, sizes = array("q", [0]), array("q")
-    labels: set[str] = set()
-    with open(path, "wb") as f:
-        for item in records:
-            if check_label and isinstance(item, RawRecord):
-                if item.label is None:
-                    item = Reject(item.source, RejectReason.BAD_LABEL, "file is not inside a class folder (RAW/<class>/<file>)")
-                else:
-                    labels.add(item.label)
-            sizes.append(_image_size(item))
-            f.write(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
-            offsets.append(f.tell())
-    return np.frombuffer(offsets, dtype=np.int64), np.frombuffer(sizes, dtype=np.int64), labels
+def line_parts(path: Path, part_bytes: int) -> list[tuple[int, int | None, int]]:
+    """(start, end, first line number) of parts of about ``part_bytes``, each starting at a line.
 
-
-def _image_size(item: Item) -> int:
-    path = primary_image(item) if isinstance(item, RawRecord) else None
-    if path is None:
-        return -1
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1  # cleaning reports it as unreadable
-
-
-def _schema_sample(stream: StreamFactory) -> Iterator[dict[str, object]]:
-    count = 0
-    for item in stream:
-        if isinstance(item, RawRecord) and isinstance(item.value, dict):
-            yield item.value
-            count += 1
-            if count >= _SCHEMA_SAMPLE_ROWS:
-                return
-
-
-def primary_image(record: RawRecord) -> str | None:
-    """Path of the record's image file (the first image field in sorted order), if any."""
-    fields = sorted(f for f in record.files if f in IMAGE_EXTENSIONS)
-    return record.files[fields[0]] if fields else None
-
-
-def find_duplicates(items: PlannedItems, sizes: np.ndarray) -> dict[int, Reject]:
-    """Sorted index -> DUPLICATE reject for every input whose image bytes equal an earlier one's.
-
-    Only inputs of equal size are compared; records are loaded from the spill file one at
-    a time, so memory holds a digest per candidate, never a group of records.
+    One read of the file in 1 MiB chunks, counting newlines. The last part's end is None.
     """
-    by_size = np.argsort(sizes, kind="stable")  # stable: sorted key order within a size
-    ordered = sizes[by_size]
-    starts = np.flatnonzero(np.diff(ordered, prepend=-2) != 0)
-    bounds = np.append(starts, len(ordered))
-    duplicates: dict[int, Reject] = {}
-    fd = os.open(items.path, os.O_RDONLY)
+    parts: list[tuple[int, int | None, int]] = []
+    start, first_row, lines, pos, target = 0, 1, 0, 0, part_bytes
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            i = 0
+            while target < pos + len(chunk):
+                j = chunk.find(b"\n", max(target - pos, i))
+                if j < 0:
+                    break
+                lines += chunk.count(b"\n", i, j + 1)
+                parts.append((start, pos + j + 1, first_row))
+                start, first_row, i = pos + j + 1, lines + 1, j + 1
+                target = start + part_bytes
+            lines += chunk.count(b"\n", i)
+            pos += len(chunk)
+    if start < pos or not parts:
+        parts.append((start, None, first_row))
+    else:
+        parts[-1] = (parts[-1][0], None, parts[-1][2])
+    return parts
+
+
+def _table_schema(config: ShardConfig, units_path: Path, offsets: np.ndarray) -> dict[str, str]:
+    """The table schema: ``--schema``, else inferred from the first rows; checks the named columns exist."""
+    schema = config.table.schema
+    if schema is None:
+        schema = infer_schema(_schema_sample(units_path, offsets), max_rows=_SCHEMA_SAMPLE_ROWS)
+        opts = config.table
+        named = [("--dedup-on", opts.dedup_on)] if opts.dedup_on else []
+        named += [("--required", c) for c in opts.required or ()]
+        for option, column in named:
+            if column not in schema:
+                found = ", ".join(schema) or "none"
+                raise UsageError(
+                    f"{option} {column!r}: no such column in the first {_SCHEMA_SAMPLE_ROWS} rows of the tables "
+                    f"(columns found: {found}); check the name, or pass --schema to declare the columns"
+                )
+    return schema
+
+
+def _schema_sample(units_path: Path, offsets: np.ndarray) -> Iterator[dict[str, object]]:
+    fd = os.open(units_path, os.O_RDONLY)
     try:
-        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            if hi - lo < 2 or ordered[lo] <= 0:
+        for i in range(len(offsets) - 1):
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            unit = pickle.loads(os.pread(fd, end - start, start))
+            if not isinstance(unit, FilePart):
                 continue
-            for first, dup in _equal_content(items, fd, by_size[lo:hi].tolist()):
-                duplicates[dup] = Reject(items.load(dup, fd).source, RejectReason.DUPLICATE,
-                                         f"same bytes as {items.load(first, fd).source}")
+            for record in iter_table_rows(Path(unit.path), unit.source, key_stem=unit.key, start=unit.start,
+                                          end=unit.end, first_row=unit.first_row):
+                if isinstance(record.value, dict):
+                    yield record.value
     finally:
         os.close(fd)
-    return duplicates
-
-
-def _equal_content(items: PlannedItems, fd: int, group: list[int]) -> Iterator[tuple[int, int]]:
-    """(first, duplicate) index pairs among files of equal size, compared head first."""
-    heads: dict[bytes, list[int]] = defaultdict(list)
-    for i in group:
-        if (head := _digest(_image_path(items, fd, i), _HEAD_BYTES)) is not None:
-            heads[head].append(i)
-    for candidates in heads.values():
-        if len(candidates) < 2:
-            continue
-        firsts: dict[bytes, int] = {}
-        for i in candidates:
-            digest = _digest(_image_path(items, fd, i), None)
-            if digest is None:
-                continue
-            if digest in firsts:
-                yield firsts[digest], i
-            else:
-                firsts[digest] = i
-
-
-def _image_path(items: PlannedItems, fd: int, i: int) -> str | None:
-    item = items.load(i, fd)
-    return primary_image(item) if isinstance(item, RawRecord) else None
-
-
-def _digest(path: str | None, limit: int | None) -> bytes | None:
-    """blake2b of a file's first ``limit`` bytes (all of it when None); None if unreadable."""
-    if path is None:
-        return None
-    hasher = hashlib.blake2b(digest_size=20)
-    try:
-        with open(path, "rb") as f:
-            if limit is not None:
-                hasher.update(f.read(limit))
-            else:
-                while chunk := f.read(1 << 20):
-                    hasher.update(chunk)
-    except OSError:
-        return None
-    return hasher.digest()

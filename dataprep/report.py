@@ -26,11 +26,13 @@ class Summary:
     mb_per_s: float
     resumed_from_shard: int | None = None
     already_complete: bool = False
+    layout_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "out": self.out,
             "layout": self.layout,
+            "layout_reason": self.layout_reason,
             "format": self.output_format,
             "totals": self.totals.to_json(),
             "shards": self.shards,
@@ -55,6 +57,7 @@ def format_summary(summary: Summary) -> str:
     rows = [
         ("output", summary.out),
         ("layout / format", f"{summary.layout} / {summary.output_format}"),
+        *([("layout chosen because", summary.layout_reason)] if summary.layout_reason else []),
         ("inputs seen", f"{t.inputs_seen:,}"),
         ("samples kept", f"{t.samples_kept:,}"),
         ("rejected", f"{t.rejected:,}"),

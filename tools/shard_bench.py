@@ -51,10 +51,10 @@ from dataprep.cli import build_parser, config_from_args
 from dataprep.config import ShardConfig
 from dataprep.errors import DataprepError
 from dataprep.fsutil import atomic_write_bytes
-from dataprep.pipeline import CleanContext, clean_item, shard
-from dataprep.plan import Item, make_plan
-from dataprep.records import CleanRecord, RawRecord
-from dataprep.sources import Layout, detect_layout
+from dataprep.layouts import LayoutHandler
+from dataprep.pipeline import clean_item, plan_records, shard
+from dataprep.records import RawRecord, Reject
+from dataprep.sources import Layout, choose_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from dataprep.writers import EncodedSample, TarShardWriter
 from loaders.topology import cpus_available
@@ -217,30 +217,27 @@ def shard_config(raw: Path, out: Path, workers: int) -> ShardConfig:
     return config_from_args(args)
 
 
-def _planned_inputs(config: ShardConfig, spill_dir: Path, *, encode_tar: bool = False) -> tuple[CleanContext, Iterator[Item]]:
-    """The clean context and the planned inputs of ``config``, in plan order, planned as
-    ``dataprep shard`` plans them (spilled under ``spill_dir``). Raises ``ToolError`` for a
-    dataset without images."""
-    layout = config.layout or detect_layout(Path(config.raw))
+def _planned_inputs(config: ShardConfig, spill_dir: Path) -> tuple[LayoutHandler, Iterator[RawRecord | Reject]]:
+    """The layout handler and the planned inputs of ``config``, in plan order, planned as
+    ``dataprep shard`` plans them (into ``spill_dir``); cleaning gives tar-encoded samples,
+    as a run's workers do. Raises ``ToolError`` for a dataset without images."""
+    layout = choose_layout(Path(config.raw), config.layout, follow_symlinks=config.follow_symlinks).layout
     if layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
         raise ToolError(f"{config.raw}: a {layout} dataset; shard_bench measures image datasets")
     spill_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(config, layout, spill_dir)
-    ctx = CleanContext(layout, config.image, config.table, config.text, plan.label_map, plan.table_schema,
-                       encode_tar=encode_tar)
-    return ctx, plan.items.iter_from(0)  # media plans are PlannedItems
+    return plan_records(config, spill_dir, "wds")
 
 
 def time_single_core(config: ShardConfig, spill_dir: Path) -> tuple[int, int, float, float]:
-    """(inputs, input bytes, CPU s, wall s) of cleaning every planned input of ``config`` in this process.
+    """(inputs, input bytes, CPU s, wall s) of cleaning (and tar-encoding, as a worker does) every planned input of ``config`` in this process.
 
     The plan (made as ``dataprep shard`` makes it, spilled under ``spill_dir``) is not timed.
     """
-    ctx, planned = _planned_inputs(config, spill_dir)
+    handler, planned = _planned_inputs(config, spill_dir)
     items = list(planned)
     input_bytes = sum(os.path.getsize(p) for item in items if isinstance(item, RawRecord) for p in item.files.values())
     wall, cpu = time.perf_counter(), time.process_time()
-    kept = sum(isinstance(clean_item(ctx, item), CleanRecord) for item in items)
+    kept = sum(not isinstance(clean_item(handler, item), Reject) for item in items)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if kept == 0:
         raise ToolError(f"{config.raw}: cleaning kept none of {len(items)} inputs: nothing to shard")
@@ -257,8 +254,8 @@ def time_write_loop(config: ShardConfig, spill_dir: Path, out_dir: Path,
     with less CPU kept: on a VM that hands freed memory back to its host, the first pass
     pays for faulting the page cache's pages back in (seen here: 3x the CPU).
     """
-    ctx, planned = _planned_inputs(config, spill_dir, encode_tar=True)
-    samples = [s for s in (clean_item(ctx, item) for item in itertools.islice(planned, max_samples))
+    handler, planned = _planned_inputs(config, spill_dir)
+    samples = [s for s in (clean_item(handler, item) for item in itertools.islice(planned, max_samples))
                if isinstance(s, EncodedSample)]
     passes = [_write_pass(config, samples, out_dir / str(attempt)) for attempt in range(2)]
     return len(samples), *min(passes, key=lambda one: one[1])

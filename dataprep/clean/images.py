@@ -118,7 +118,7 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
 
 
 def _image_field(raw: RawRecord) -> str:
-    # The first image field in sorted order, as dataprep.plan's duplicate search picks it;
+    # The first image field in sorted order, as dataprep.duplicates' search picks it;
     # any other image field passes through as a sidecar.
     images = sorted(f for f in raw.files if f in IMAGE_FIELDS)
     if not images:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import datetime
 import decimal
+import hashlib
 import itertools
 import json
 import math
@@ -32,6 +33,7 @@ from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 
 TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 SCHEMA_SAMPLE_ROWS = 1000
+DEDUP_DIGEST_BYTES = 16
 _PARQUET_BATCH_ROWS = 1024
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT = re.compile(r"[+-]?[0-9]+(\.0*)?")  # "3.0" is accepted as 3, as JSON's 3.0 is
@@ -61,19 +63,23 @@ def source_key_stem(source: str) -> str:
     return stem.replace("/", "_").replace(".", "_")
 
 
-def iter_table_rows(path: Path, source: str) -> Iterator[RawRecord]:
+def iter_table_rows(path: Path, source: str, *, key_stem: str | None = None, start: int = 0,
+                    end: int | None = None, first_row: int = 1) -> Iterator[RawRecord]:
     """One RawRecord per row of a table file; ``value`` is the row (column -> value) or a RowError.
 
-    key: f"{stem}_{row:08d}" (``source_key_stem``; the caller may replace it). A file that
-    cannot be read at all yields one record with row None and a RowError.
+    key: f"{key_stem}_{row:08d}" (default stem ``source_key_stem(source)``). A file that
+    cannot be read at all yields one record with row None and a RowError. ``start``,
+    ``end`` (byte offsets at line starts) and ``first_row`` (the line number at ``start``)
+    read a part of a JSONL file; other kinds are read whole.
     """
     kind = TABLE_SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise UsageError(f"{path}: not a table file (suffixes: {', '.join(sorted(TABLE_SUFFIXES))})")
     readers: dict[str, Callable[[Path], Iterator[Row]]] = {
-        "csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows, "parquet": _parquet_rows,
+        "csv": _csv_rows, "tsv": _tsv_rows, "parquet": _parquet_rows,
+        "jsonl": lambda p: _jsonl_rows(p, start, end, first_row),
     }
-    stem = source_key_stem(source)
+    stem = key_stem if key_stem is not None else source_key_stem(source)
     last = 0
     try:
         for row, value in readers[kind](path):
@@ -158,9 +164,14 @@ def _invalid_utf8(cells: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def _jsonl_rows(path: Path) -> Iterator[Row]:
+def _jsonl_rows(path: Path, start: int = 0, end: int | None = None, first_row: int = 1) -> Iterator[Row]:
     with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
+        f.seek(start)
+        offset = start
+        for number, line in enumerate(f, first_row):
+            if end is not None and offset >= end:
+                return
+            offset += len(line)
             if number == 1:
                 line = line.removeprefix(b"\xef\xbb\xbf")  # UTF-8 byte order mark
             if line.strip():  # skip blank lines
@@ -384,3 +395,11 @@ def dedup_value(record: CleanRecord, column: str) -> object:
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
     return value
+
+
+def dedup_digest(record: CleanRecord, column: str) -> bytes | None:
+    """16-byte BLAKE2b of ``dedup_value(record, column)``; None for a null, which is never a duplicate."""
+    value = dedup_value(record, column)
+    if value is None:
+        return None
+    return hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=DEDUP_DIGEST_BYTES).digest()

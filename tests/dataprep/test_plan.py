@@ -1,0 +1,121 @@
+"""The persisted plan: file parts, ranges, RAW's listing; a range's output depends only on the plan and the range."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dataprep.checkpoint import Checkpoint, save_checkpoint
+from dataprep.cli import main
+from dataprep.listing import Entry, changes
+from dataprep.manifest import read_manifest
+from dataprep.plan import Plan, line_parts, split_ranges
+
+
+def shard_cli(*args: object) -> int:
+    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
+
+
+@pytest.mark.parametrize("part_bytes", [1, 7, 30, 1000])
+def test_line_parts_start_at_lines_and_know_their_line_numbers(tmp_path, part_bytes):
+    lines = [b"x" * (i % 9) + b"\n" for i in range(40)] + [b"no newline at the end"]
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"".join(lines))
+    parts = line_parts(path, part_bytes)
+    data = path.read_bytes()
+    assert parts[0][0] == 0 and parts[-1][1] is None
+    for (start, end, first_row), nxt in zip(parts, parts[1:] + [None]):
+        assert start == 0 or data[start - 1 : start] == b"\n"
+        assert data[:start].count(b"\n") + 1 == first_row
+        assert nxt is None or end == nxt[0]
+
+
+def test_split_ranges_is_a_pure_function_of_sizes():
+    sizes = np.array([5, 5, 5, 20, 1, 1, 1, 0], dtype=np.int64)
+    assert split_ranges(sizes, 10).tolist() == [0, 2, 4, 8]
+    assert split_ranges(sizes, 1000).tolist() == [0, 8]
+    assert split_ranges(np.zeros(0, dtype=np.int64), 10).tolist() == [0, 0]
+
+
+def test_listing_changes_name_files_added_removed_and_changed():
+    old = [Entry(b"a/1.jpg", 3, 1), Entry(b"a/2.jpg", 3, 1), Entry(b"b/1.jpg", 3, 1)]
+    new = [Entry(b"a/1.jpg", 4, 1), Entry(b"a/10.jpg", 3, 1), Entry(b"b/1.jpg", 3, 2)]
+    assert changes(iter(old), iter(new)) == [
+        "changed a/1.jpg (size 3 -> 4 bytes)", "added a/10.jpg", "removed a/2.jpg",
+        "changed b/1.jpg (modified since the plan was made)",
+    ]
+
+
+def _images(root: Path, n: int) -> Path:
+    for i in range(n):
+        folder = root / f"c{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40), (i * 11 % 256, i * 5 % 256, 255 - i * 3 % 256)).save(folder / f"{i:03d}.jpg")
+    return root
+
+
+def _table(root: Path) -> Path:
+    root.mkdir(parents=True)
+    with open(root / "t.jsonl", "w") as f:
+        for i in range(400):
+            f.write(json.dumps({"id": i, "text": f"row {i}"}) + "\n")
+    return root
+
+
+@pytest.mark.parametrize(("make", "options"), [
+    (lambda root: _images(root, 30), ["--samples-per-shard", "4", "--range-size", "6KiB"]),
+    (_table, ["--samples-per-shard", "50", "--range-size", "3KiB"]),
+], ids=["images", "table"])
+def test_a_range_is_written_the_same_from_the_plan_alone(tmp_path, make, options):
+    """Write a run whole; then, in another OUT holding only its plan, write ranges from 1 on:
+    the shards of those ranges are the same bytes (as another machine would write them)."""
+    raw = make(tmp_path / "raw")
+    args = ["--workers", "1", *options]
+    whole = tmp_path / "whole"
+    assert shard_cli(raw, whole, *args, "--json") == 0
+    names = [s.name for s in read_manifest(whole).shards]
+    assert len({n.split("-")[1] for n in names}) >= 3, names  # several ranges, shards numbered within each
+    # Plan only (stopped right after planning), then start at range 1 as a second machine would.
+    other = tmp_path / "other"
+    from dataprep import pipeline
+
+    real = pipeline.make_plan
+    plans: list[Plan] = []
+
+    def plan_and_stop(*a, **k):
+        plans.append(real(*a, **k))
+        raise KeyboardInterrupt
+
+    pipeline.make_plan = plan_and_stop
+    try:
+        assert shard_cli(raw, other, *args) == 130
+    finally:
+        pipeline.make_plan = real
+    plan = plans[0]
+    start, _ = plan.range_bounds(1)
+    save_checkpoint(other, Checkpoint(range=1, position=start))
+    assert shard_cli(raw, other, *args, "--allow-empty") == 0
+    later = [n for n in names if not n.split("-")[1] == "00000"]
+    assert later and all((other / n).read_bytes() == (whole / n).read_bytes() for n in later)
+    assert not any((other / n).exists() for n in names if n.split("-")[1] == "00000")
+    shutil.rmtree(other)
+
+
+def test_plan_records_are_what_a_run_cleans(tmp_path):
+    from dataprep.config import ShardConfig
+    from dataprep.pipeline import clean_item, plan_records
+
+    raw = _images(tmp_path / "raw", 8)
+    (tmp_path / "spill").mkdir()
+    handler, items = plan_records(ShardConfig(raw=raw, out=tmp_path / "out", seed=3), tmp_path / "spill", "wds")
+    results = [clean_item(handler, item) for item in items]
+    assert len(results) == 8
+    out = tmp_path / "out"
+    assert shard_cli(raw, out, "--workers", "1", "--seed", "3") == 0
+    assert read_manifest(out).totals.samples_kept == sum(not hasattr(r, "reason") for r in results)
