@@ -33,10 +33,14 @@ class PlotUnavailable(ToolError):
     """``--plot`` was requested but matplotlib is not installed."""
 
 
-def add_output_args(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--json PATH`` and ``--plot PATH`` options every tool shares."""
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH ('-' for stdout)")
-    parser.add_argument("--plot", metavar="PATH", help="save a PNG plot to PATH (needs matplotlib)")
+def add_output_args(parser: argparse.ArgumentParser, *, plot: str | None = "a PNG plot") -> None:
+    """Add the output options every tool shares: ``--json [PATH]`` and, unless ``plot`` is
+    None, ``--plot PATH``. A bare ``--json`` (or ``--json -``) prints the JSON report to
+    stdout instead of the table."""
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                        help="write the JSON report to PATH (no PATH or '-': stdout, instead of the table)")
+    if plot is not None:
+        parser.add_argument("--plot", metavar="PATH", help=f"save {plot} to PATH (needs matplotlib)")
 
 
 def machine_info() -> dict[str, Any]:

@@ -46,7 +46,7 @@ from loaders.shards import TarShardSet
 from loaders.topology import cpus_available
 from loaders.transforms import IMAGE_FIELDS, CenterCropDecode, RandomResizedCropDecode
 from tools._proctree import ProcessTeam
-from tools._report import ToolError, bar_plot, check_int, emit, format_table, require_plot
+from tools._report import ToolError, add_output_args, bar_plot, check_int, emit, format_table, require_plot
 from tools.decode_bench import time_cpu, time_threads
 
 TOOL = "cpu"
@@ -383,8 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-workers", type=int, help="most threads/processes in the scaling run (default: cores)")
     parser.add_argument("--repeat", type=int, default=2, help="passes per case, best kept (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the image sample and the crops (default 0)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write the JSON report to PATH (no PATH: stdout, no table)")
-    parser.add_argument("--plot", metavar="PATH", help="save a bar chart of images/s as PNG (needs matplotlib)")
+    add_output_args(parser, plot="a bar chart of images/s as PNG")
     return parser
 
 

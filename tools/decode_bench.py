@@ -36,7 +36,7 @@ from PIL import Image
 from loaders.decode import (DEFAULT_BACKEND, Backend, active_backend, available_backends, decode_crop_resize,
                             decode_rgb, image_size)
 from loaders.transforms import CenterCropDecode, RandomResizedCropDecode
-from tools._report import ToolError, bar_plot, format_table, report_document, require_plot, write_json
+from tools._report import ToolError, add_output_args, bar_plot, format_table, report_document, require_plot, write_json
 
 TOOL = "decode_bench"
 OUTPUT_SIZE = 224
@@ -259,9 +259,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--scale", type=int, choices=(2, 4, 8), default=2, help="reduced decode scale 1/N (default 2)")
     parser.add_argument("--repeat", type=int, default=3, help="passes per case, best kept (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic images")
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                        help="print the JSON report instead of the table (or write it to PATH)")
-    parser.add_argument("--plot", metavar="PATH", help="save a bar chart of images/s as PNG (needs matplotlib)")
+    add_output_args(parser, plot="a bar chart of images/s as PNG")
     args = parser.parse_args(argv)
     if args.n < 1 or args.repeat < 1:
         parser.error(f"--n and --repeat must be >= 1 (got {args.n}, {args.repeat})")

@@ -58,7 +58,7 @@ from loaders.transforms import random_resized_crop_box
 from tools._loader_run import (MAIN, OUTPUT_SIZE, PROCESS, THREAD, ConfigResult, EpochResult, LoaderConfig, make_dataset,
                                run_config, run_in_child)
 from tools._pagecache import device_of
-from tools._report import ToolError, bar_plot, check_int, emit, format_table, require_plot
+from tools._report import ToolError, add_output_args, bar_plot, check_int, emit, format_table, require_plot
 from tools.malloc import allocator_env
 
 __all__ = ["ConfigResult", "EpochResult", "LoaderConfig", "LoaderReport", "StageCost", "expand_configs", "format_report",
@@ -386,8 +386,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--allocators", type=_str_list, help="e.g. system,jemalloc: each configuration in a child per allocator")
     parser.add_argument("--sample-images", type=int, default=64, help="samples for the stage timings (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order, crops and samples (default 0)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write the JSON report to PATH (no PATH: stdout, no table)")
-    parser.add_argument("--plot", metavar="PATH", help="save a bar chart of img/s per configuration (needs matplotlib)")
+    add_output_args(parser, plot="a bar chart of img/s per configuration as PNG")
     parser.add_argument("--child", metavar="CONFIG_JSON", help=argparse.SUPPRESS)
     return parser
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from dataprep.index import ShardIndex, write_index
 from dataprep.manifest import Manifest, ShardInfo, Totals, write_manifest
-from tools._report import format_table, report_document, write_json
+from tools._report import add_output_args, emit, format_table
 
 SAMPLE_BYTES = 2048  # every fake sample: one 512-byte header, one field of 100 bytes, padding
 
@@ -62,15 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH ('-' for stdout)")
+    add_output_args(parser, plot=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="open_bench-") as tmp:
         make_fake_shards(Path(tmp), args.samples, args.shards)
         result = measure(Path(tmp), args.batch_size)
     rows = [[name, f"{value:.3f}"] for name, value in result.items()]
-    print(format_table(["step", "seconds"], rows, title=f"{args.samples:,} samples in {args.shards:,} shards"))
-    if args.json:
-        write_json(args.json, report_document("open_bench", {"samples": args.samples, "shards": args.shards, **result}))
+    emit("open_bench", format_table(["step", "seconds"], rows, title=f"{args.samples:,} samples in {args.shards:,} shards"),
+         {"samples": args.samples, "shards": args.shards, **result}, args.json, argv)
     return 0
 
 

@@ -59,7 +59,7 @@ from dataprep.synthetic import SyntheticSpec, make_dataset
 from dataprep.writers import EncodedSample, TarShardWriter
 from loaders.topology import cpus_available
 from tools._pagecache import resident_fraction
-from tools._report import ToolError, check_int, emit, format_table, machine_info
+from tools._report import ToolError, add_output_args, check_int, emit, format_table, machine_info
 
 TOOL = "shard_bench"
 TARGET_RATIO = 0.90
@@ -434,7 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, help="dataprep shard --workers (default: cores available)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement, best kept (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic images (default 0)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write the JSON report to PATH (no PATH: stdout, no table)")
+    add_output_args(parser, plot=None)
     parser.add_argument("--record", action="store_true", help=f"append a dated entry to {RESULTS_PATH.name}")
     return parser
 
