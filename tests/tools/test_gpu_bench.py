@@ -75,7 +75,7 @@ def test_decode_part_without_cuda_is_skipped_without_making_shards(monkeypatch: 
 
     monkeypatch.setattr(gpu_bench, "make_shards", no_shards)
     assert gpu_bench.main(["--smoke", "--parts", "4"]) == 0
-    assert "4. JPEG decode on the GPU: skipped" in capsys.readouterr().out
+    assert "4. JPEG decode: skipped" in capsys.readouterr().out
 
 
 def test_failing_shard_creation_skips_part_3_and_keeps_the_others(monkeypatch: pytest.MonkeyPatch,
@@ -120,3 +120,74 @@ def test_bad_option_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_bench.main(["--smoke", "--workers", "four"]) == 2
     assert "--workers must be comma-separated ints" in capsys.readouterr().err
     assert gpu_bench.main(["--smoke", "--steps", "0"]) == 2
+
+
+def test_pcie_peak_follows_line_rate_and_encoding() -> None:
+    assert gpu_bench.pcie_peak_gb_s(4, 16) == pytest.approx(16 * 16 * (128 / 130) / 8)  # ~31.5 GB/s
+    assert gpu_bench.pcie_peak_gb_s(5, 16) == pytest.approx(2 * gpu_bench.pcie_peak_gb_s(4, 16))
+    assert gpu_bench.pcie_peak_gb_s(2, 8) == pytest.approx(5 * 8 * 0.8 / 8)
+    with pytest.raises(gpu_bench.ToolError, match="no PCIe generation 9"):
+        gpu_bench.pcie_peak_gb_s(9, 16)
+
+
+def test_h2d_rows_carry_the_share_of_the_link_peak() -> None:
+    rows = gpu_bench.measure_h2d(torch.device("cpu"), gpu_bench.SMOKE, peak_gb_s=1000.0, repeats=2)
+    assert all(r["of_link_peak"] == pytest.approx(r["gb_s"] / 1000.0) for r in rows)
+    no_peak = gpu_bench.measure_h2d(torch.device("cpu"), gpu_bench.SMOKE, repeats=2)
+    assert all(r["of_link_peak"] is None for r in no_peak)
+
+
+def test_link_info_without_cuda_says_why() -> None:
+    assert gpu_bench.link_info(torch.device("cpu")) == {"skipped": "no CUDA device"}
+
+
+def test_fed_run_reports_no_gpu_idle_off_cuda_and_applies_prepare() -> None:
+    seen: list[tuple[int, ...]] = []
+    batches = [(torch.zeros(2, 3, 4, 4), torch.tensor([1001, 5])) for _ in range(4)]
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        seen.append(tuple(labels.tolist()))
+
+    fed = gpu_bench.run_fed(batches, step, torch.device("cpu"), steps=2, warmup=1)
+    assert fed["gpu_idle_fraction"] is None and fed["img_s"] > 0 and 0 <= fed["wait_fraction"] <= 1
+    assert seen == [(1, 5)] * 3  # labels mod 1000, warm-up included
+
+
+def test_end_to_end_records_a_failing_feed_and_runs_the_others(tmp_path: Path) -> None:
+    def broken(num_workers: int, samples: int) -> object:
+        raise OSError("raw file vanished")
+
+    def fine(num_workers: int, samples: int) -> object:
+        return [(torch.zeros(2, 3, 8, 8), torch.tensor([0, 1]))] * 8
+
+    saved: list[int] = []
+    out = gpu_bench.measure_end_to_end(
+        torch.device("cpu"), gpu_bench.SMOKE, lambda images, labels: None,
+        [gpu_bench.Feed("broken", broken), gpu_bench.Feed("fine", fine)], [1],
+        on_row=lambda results: saved.append(len(results["fed"])))
+    broken_row, fine_row = out["fed"]
+    assert broken_row == {"feed": "broken", "num_workers": 1, "error": "OSError: raw file vanished"}
+    assert fine_row["img_s"] > 0 and fine_row["ratio_to_ceiling"] > 0 and saved == [1, 2]
+    late = gpu_bench.measure_end_to_end(torch.device("cpu"), gpu_bench.SMOKE, lambda images, labels: None,
+                                        [gpu_bench.Feed("fine", fine)], [1], deadline=0.0)
+    assert late["fed"] == [{"feed": "fine", "num_workers": 1, "skipped": "the time budget was spent"}]
+
+
+def test_stock_feed_yields_normalised_float_batches_from_raw_files(sharded: tuple[Path, Path]) -> None:
+    raw, _ = sharded
+    feed = gpu_bench.stock_feed("stock", raw, gpu_bench.SMOKE, torch.device("cpu"))
+    images, labels = next(iter(feed.make(0, 8)))
+    images, labels = feed.prepare(images, labels)  # type: ignore[misc]
+    assert images.dtype == torch.bfloat16 and images.shape == (4, 3, 32, 32)
+    assert images.is_contiguous(memory_format=torch.channels_last) and labels.dtype == torch.int64
+    assert float(images.float().min()) < 0 < float(images.float().max())  # normalised, not 0..1
+
+
+def test_decode_on_the_cpu_measures_both_cpu_paths_and_skips_the_gpu(sharded: tuple[Path, Path]) -> None:
+    _, shards = sharded
+    jpegs = gpu_bench.jpegs_in(shards, 6)
+    assert len(jpegs) == 6 and all(j[:2] == b"\xff\xd8" for j in jpegs)
+    out = gpu_bench.measure_decode(torch.device("cpu"), jpegs, threads=2, side=32)
+    assert out["cpu_full_img_s"] > 0 and out["cpu_loader_crop_img_s"] > 0 and out["gpu_skipped"] == "no CUDA device"
+    none = gpu_bench.measure_decode(torch.device("cpu"), [], threads=2, side=32)
+    assert none == {"skipped": "no JPEG images to decode"}
