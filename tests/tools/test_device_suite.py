@@ -3,6 +3,7 @@ and the time budget recorded per step, and (slow) the whole --smoke run on the C
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from tools import device_suite
+from tools._suite_part1 import junit_summary
+from tools._suite_part2 import add_efficiency, split_tree
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -109,9 +112,9 @@ def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
         '<testcase classname="tests.a" name="test_bad"><failure message="x"/></testcase>'
         '<testcase classname="tests.b" name="test_skip"><skipped/></testcase>'
         "</testsuite></testsuites>", encoding="utf-8")
-    assert device_suite.junit_summary(xml) == {"junit": "j.xml", "tests": 3, "failures": 1, "errors": 0,
-                                               "skipped": 1, "failed": ["tests.a::test_bad"]}
-    assert device_suite.junit_summary(tmp_path / "absent.xml") == {"junit": None}
+    assert junit_summary(xml) == {"junit": "j.xml", "tests": 3, "failures": 1, "errors": 0, "skipped": 1,
+                                  "failed": ["tests.a::test_bad"]}
+    assert junit_summary(tmp_path / "absent.xml") == {"junit": None}
 
 
 def test_efficiency_is_relative_to_the_one_worker_row() -> None:
@@ -120,7 +123,7 @@ def test_efficiency_is_relative_to_the_one_worker_row() -> None:
         {"workers": 4, "images_per_s": 300.0, "cpu_s": 12.5},
         {"workers": 8, "skipped": "budget"},
     ]
-    device_suite.add_efficiency(rows, key="images_per_s", workers_key="workers")
+    add_efficiency(rows, key="images_per_s", workers_key="workers")
     assert rows[1]["speedup"] == 3.0 and rows[1]["scaling_efficiency"] == 0.75 and rows[1]["cpu_efficiency"] == 0.8
     assert rows[0]["scaling_efficiency"] == 1.0 and "speedup" not in rows[2]
 
@@ -130,7 +133,7 @@ def test_split_tree_holds_every_file_once_in_its_class_folder(tmp_path: Path) ->
     for k in range(7):
         (raw / f"class_{k % 2}").mkdir(parents=True, exist_ok=True)
         (raw / f"class_{k % 2}" / f"img_{k}.jpg").write_bytes(bytes([k]))
-    parts = device_suite.split_tree(raw, tmp_path / "split", 3)
+    parts = split_tree(raw, tmp_path / "split", 3)
     found = sorted(str(p.relative_to(part)) for part in parts for p in part.rglob("*.jpg"))
     assert found == sorted(str(p.relative_to(raw)) for p in raw.rglob("*.jpg"))
     assert [len(list(part.rglob("*.jpg"))) for part in parts] == [3, 2, 2]
@@ -175,7 +178,7 @@ def test_a_hung_pytest_run_is_stopped_at_its_timeout_and_recorded(tmp_path: Path
     hang = tmp_path / "test_hang.py"
     hang.write_text("import time\nimport pytest\n\n\n@pytest.mark.gpu\ndef test_hang():\n    time.sleep(60)\n",
                     encoding="utf-8")
-    plan = device_suite.dataclasses.replace(device_suite.SMOKE, pytest_targets=(str(hang),), pytest_timeout_s=0.1)
+    plan = dataclasses.replace(device_suite.SMOKE, pytest_targets=(str(hang),), pytest_timeout_s=0.1)
     monkeypatch.setattr(device_suite, "SMOKE", plan)
     assert device_suite.main(["--smoke", "--part", "1", "--steps", "pytest", "--out", str(tmp_path / "out")]) == 0
     result = load(tmp_path / "out" / "part1.json")["steps"]["pytest"]["result"]

@@ -9,14 +9,21 @@ import pytest
 import torch
 
 from tools import gpu_bench
+from tools._decode_gpu import jpegs_in, measure_decode
+from tools._end_to_end import measure_end_to_end, run_fed
+from tools._feeds import Feed, cycled_indices, stock_feed
+from tools._h2d import link_info, measure_h2d, pcie_peak_gb_s
+from tools._report import ToolError
+from tools._resnet import resnet50
+from tools._train_step import SMOKE
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def test_resnet50_has_the_standard_parameter_count_and_output() -> None:
-    model = gpu_bench.resnet50()
+    model = resnet50()
     assert sum(p.numel() for p in model.parameters()) == 25_557_032  # torchvision's resnet50
-    tiny = gpu_bench.resnet50(num_classes=7, width=4).to(memory_format=torch.channels_last)
+    tiny = resnet50(num_classes=7, width=4).to(memory_format=torch.channels_last)
     assert tiny(torch.randn(2, 3, 32, 32)).shape == (2, 7)
 
 
@@ -57,12 +64,12 @@ def test_end_to_end_part_trains_from_its_own_shards(tmp_path: Path, capsys: pyte
 
 
 def test_cycled_indices_are_shuffled_passes_over_every_sample() -> None:
-    indices = gpu_bench.cycled_indices(5, 12)
+    indices = cycled_indices(5, 12)
     assert len(indices) == 12 and all(isinstance(i, int) for i in indices)
     assert sorted(indices[:5]) == sorted(indices[5:10]) == list(range(5))
-    assert indices == gpu_bench.cycled_indices(5, 12)  # seeded
-    with pytest.raises(gpu_bench.ToolError, match="no samples"):
-        gpu_bench.cycled_indices(0, 3)
+    assert indices == cycled_indices(5, 12)  # seeded
+    with pytest.raises(ToolError, match="no samples"):
+        cycled_indices(0, 3)
 
 
 def test_decode_part_without_cuda_is_skipped_without_making_shards(monkeypatch: pytest.MonkeyPatch,
@@ -81,7 +88,7 @@ def test_decode_part_without_cuda_is_skipped_without_making_shards(monkeypatch: 
 def test_failing_shard_creation_skips_part_3_and_keeps_the_others(monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     def broken(*args: object) -> Path:
-        raise gpu_bench.ToolError("dataprep shard failed (1): no space left")
+        raise ToolError("dataprep shard failed (1): no space left")
 
     monkeypatch.setattr(gpu_bench, "make_shards", broken)
     assert gpu_bench.main(["--smoke", "--steps", "1", "--parts", "1,3"]) == 0
@@ -123,22 +130,22 @@ def test_bad_option_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_pcie_peak_follows_line_rate_and_encoding() -> None:
-    assert gpu_bench.pcie_peak_gb_s(4, 16) == pytest.approx(16 * 16 * (128 / 130) / 8)  # ~31.5 GB/s
-    assert gpu_bench.pcie_peak_gb_s(5, 16) == pytest.approx(2 * gpu_bench.pcie_peak_gb_s(4, 16))
-    assert gpu_bench.pcie_peak_gb_s(2, 8) == pytest.approx(5 * 8 * 0.8 / 8)
-    with pytest.raises(gpu_bench.ToolError, match="no PCIe generation 9"):
-        gpu_bench.pcie_peak_gb_s(9, 16)
+    assert pcie_peak_gb_s(4, 16) == pytest.approx(16 * 16 * (128 / 130) / 8)  # ~31.5 GB/s
+    assert pcie_peak_gb_s(5, 16) == pytest.approx(2 * pcie_peak_gb_s(4, 16))
+    assert pcie_peak_gb_s(2, 8) == pytest.approx(5 * 8 * 0.8 / 8)
+    with pytest.raises(ToolError, match="no PCIe generation 9"):
+        pcie_peak_gb_s(9, 16)
 
 
 def test_h2d_rows_carry_the_share_of_the_link_peak() -> None:
-    rows = gpu_bench.measure_h2d(torch.device("cpu"), gpu_bench.SMOKE, peak_gb_s=1000.0, repeats=2)
+    rows = measure_h2d(torch.device("cpu"), SMOKE, peak_gb_s=1000.0, repeats=2)
     assert all(r["of_link_peak"] == pytest.approx(r["gb_s"] / 1000.0) for r in rows)
-    no_peak = gpu_bench.measure_h2d(torch.device("cpu"), gpu_bench.SMOKE, repeats=2)
+    no_peak = measure_h2d(torch.device("cpu"), SMOKE, repeats=2)
     assert all(r["of_link_peak"] is None for r in no_peak)
 
 
 def test_link_info_without_cuda_says_why() -> None:
-    assert gpu_bench.link_info(torch.device("cpu")) == {"skipped": "no CUDA device"}
+    assert link_info(torch.device("cpu")) == {"skipped": "no CUDA device"}
 
 
 def test_fed_run_reports_no_gpu_idle_off_cuda_and_applies_prepare() -> None:
@@ -148,7 +155,7 @@ def test_fed_run_reports_no_gpu_idle_off_cuda_and_applies_prepare() -> None:
     def step(images: torch.Tensor, labels: torch.Tensor) -> None:
         seen.append(tuple(labels.tolist()))
 
-    fed = gpu_bench.run_fed(batches, step, torch.device("cpu"), steps=2, warmup=1)
+    fed = run_fed(batches, step, torch.device("cpu"), steps=2, warmup=1)
     assert fed["gpu_idle_fraction"] is None and fed["img_s"] > 0 and 0 <= fed["wait_fraction"] <= 1
     assert seen == [(1, 5)] * 3  # labels mod 1000, warm-up included
 
@@ -161,21 +168,21 @@ def test_end_to_end_records_a_failing_feed_and_runs_the_others(tmp_path: Path) -
         return [(torch.zeros(2, 3, 8, 8), torch.tensor([0, 1]))] * 8
 
     saved: list[int] = []
-    out = gpu_bench.measure_end_to_end(
-        torch.device("cpu"), gpu_bench.SMOKE, lambda images, labels: None,
-        [gpu_bench.Feed("broken", broken), gpu_bench.Feed("fine", fine)], [1],
+    out = measure_end_to_end(
+        torch.device("cpu"), SMOKE, lambda images, labels: None,
+        [Feed("broken", broken), Feed("fine", fine)], [1],
         on_row=lambda results: saved.append(len(results["fed"])))
     broken_row, fine_row = out["fed"]
     assert broken_row == {"feed": "broken", "num_workers": 1, "error": "OSError: raw file vanished"}
     assert fine_row["img_s"] > 0 and fine_row["ratio_to_ceiling"] > 0 and saved == [1, 2]
-    late = gpu_bench.measure_end_to_end(torch.device("cpu"), gpu_bench.SMOKE, lambda images, labels: None,
-                                        [gpu_bench.Feed("fine", fine)], [1], deadline=0.0)
+    late = measure_end_to_end(torch.device("cpu"), SMOKE, lambda images, labels: None, [Feed("fine", fine)], [1],
+                              deadline=0.0)
     assert late["fed"] == [{"feed": "fine", "num_workers": 1, "skipped": "the time budget was spent"}]
 
 
 def test_stock_feed_yields_normalised_float_batches_from_raw_files(sharded: tuple[Path, Path]) -> None:
     raw, _ = sharded
-    feed = gpu_bench.stock_feed("stock", raw, gpu_bench.SMOKE, torch.device("cpu"))
+    feed = stock_feed("stock", raw, SMOKE, torch.device("cpu"))
     images, labels = next(iter(feed.make(0, 8)))
     images, labels = feed.prepare(images, labels)  # type: ignore[misc]
     assert images.dtype == torch.bfloat16 and images.shape == (4, 3, 32, 32)
@@ -185,9 +192,9 @@ def test_stock_feed_yields_normalised_float_batches_from_raw_files(sharded: tupl
 
 def test_decode_on_the_cpu_measures_both_cpu_paths_and_skips_the_gpu(sharded: tuple[Path, Path]) -> None:
     _, shards = sharded
-    jpegs = gpu_bench.jpegs_in(shards, 6)
+    jpegs = jpegs_in(shards, 6)
     assert len(jpegs) == 6 and all(j[:2] == b"\xff\xd8" for j in jpegs)
-    out = gpu_bench.measure_decode(torch.device("cpu"), jpegs, threads=2, side=32)
+    out = measure_decode(torch.device("cpu"), jpegs, threads=2, side=32)
     assert out["cpu_full_img_s"] > 0 and out["cpu_loader_crop_img_s"] > 0 and out["gpu_skipped"] == "no CUDA device"
-    none = gpu_bench.measure_decode(torch.device("cpu"), [], threads=2, side=32)
+    none = measure_decode(torch.device("cpu"), [], threads=2, side=32)
     assert none == {"skipped": "no JPEG images to decode"}
