@@ -17,8 +17,9 @@ Every entry that is not a plain directory ends as exactly one item: a ``RawFile`
 - with ``follow_symlinks``, a second path to a directory outside RAW already walked
   (or a cycle): ``duplicate``.
 
-A symlink to a file inside RAW is read as a file of its own (its bytes are a duplicate
-of the target's, which the plan's duplicate search finds).
+- a symlink to a file inside RAW: ``duplicate``, for the same reason: the target is
+  read at its own path, so a link ``cat/alias.jpg -> ../dog/000.jpg`` cannot win the
+  duplicate check by sorting first and relabel the dog as a cat.
 
 ``group_files`` turns the walk into groups of files of one directory that share a stem
 (what a sample is made of), streaming: a directory's files arrive in sorted order but
@@ -100,9 +101,14 @@ def _symlink_verdict(entry: os.DirEntry[str], rel: str, policy: _Policy) -> Reje
         return Reject(rel, RejectReason.SYMLINK_OUTSIDE, f"symlink to {target} leaves RAW (use --follow-symlinks)")
     if not os.path.exists(entry.path):
         return Reject(rel, RejectReason.UNREADABLE, f"dangling symlink to {target}")
+    # Everything inside RAW is walked at its own path: read through a link too, the link
+    # could sort first, win the duplicate check and relabel the real file (another class).
     if inside and os.path.isdir(entry.path):
         return Reject(rel, RejectReason.DUPLICATE,
                       f"symlink to directory {policy.rel_of(target)} inside RAW; its files are read there, not through the link")
+    if inside:
+        return Reject(rel, RejectReason.DUPLICATE,
+                      f"symlink to file {policy.rel_of(target)} inside RAW; it is read there, not through the link")
     return None
 
 

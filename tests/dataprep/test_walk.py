@@ -84,3 +84,14 @@ def test_groups_are_handed_on_before_the_directory_ends(tmp_path):
         seen += len(group.files)
         held = max(held, len(walked) - seen)
     assert seen == 50 and held <= 1
+
+
+def test_a_link_to_a_file_inside_raw_never_takes_its_targets_place(tmp_path):
+    """The link sorts first (cat < dog): read through it, it would win the duplicate check and relabel the dog."""
+    raw = _files(tmp_path / "raw", "dog/000.jpg")
+    (raw / "cat").mkdir()
+    os.symlink("../dog/000.jpg", raw / "cat" / "alias.jpg")
+    for follow in (False, True):
+        assert _summary(walk_files(raw, follow_symlinks=follow)) == [("cat/alias.jpg", "duplicate"), ("dog/000.jpg", "file")]
+    detail = next(i.detail for i in walk_files(raw) if isinstance(i, Reject))
+    assert "dog/000.jpg" in detail
