@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from loaders.dataloader import DataLoader
 from loaders.dataset import ParquetShardDataset, ShardDataset
-from loaders.errors import ConfigError, LoaderError, SampleError, ShardError, SkipBudgetError, WorkerError
+from loaders.errors import (
+    BatchShapeError,
+    ConfigError,
+    LoaderError,
+    SampleError,
+    ShardError,
+    SkipBudgetError,
+    UnsendableBatchError,
+    WorkerError,
+    WorkerLostError,
+)
 from loaders.order import OrderMode, sample_rng, sample_seed
 from loaders.prefetch import DevicePrefetcher, to_device
 from loaders.sampler import SampleIndex, ShardSampler
@@ -17,6 +27,7 @@ from loaders.topology import Topology, cpus_available, default_num_workers
 from loaders.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
 
 __all__ = [
+    "BatchShapeError",
     "CenterCropDecode",
     "Compose",
     "ConfigError",
@@ -35,7 +46,9 @@ __all__ = [
     "ShardSampler",
     "SkipBudgetError",
     "Topology",
+    "UnsendableBatchError",
     "WorkerError",
+    "WorkerLostError",
     "cpus_available",
     "default_num_workers",
     "sample_rng",

@@ -1,4 +1,4 @@
-"""The drop-in DataLoader: torch's arguments and semantics, thread or process workers, resumable.
+"""The drop-in DataLoader: torch's arguments and semantics, built as a chain of small stages.
 
 ``from loaders import DataLoader`` replaces ``from torch.utils.data import DataLoader``.
 What changes without any other edit:
@@ -7,66 +7,47 @@ What changes without any other edit:
   ``pin_memory`` when CUDA is available, persistent workers when there are workers;
 - thread workers for datasets that declare ``releases_gil = True`` (no pickling, no
   inter-process copies; batches collated straight into pinned memory), torch's worker
-  processes otherwise, with thread limits and per-(epoch, worker) seeds applied;
+  processes otherwise, with thread limits and per-(epoch, rank, worker) seeds;
 - a deterministic, resumable order: ``state_dict()`` / ``load_state_dict()``;
-- worker failures re-raised as ``WorkerError`` naming worker, batch and indices; no
-  silent hangs; ``on_error="skip"`` with a budget;
+- a dataset's own exception class in the training loop, with a note naming worker,
+  batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
 - ``device=...``: batches arrive on the device, copied ahead on a side stream.
 
-An epoch is one ``__iter__``: the epoch's batches (lists of sampler indices) are listed
-up front, the ones already consumed (after a resume) are left out, and the rest run.
-
+This class is the front: it validates the arguments, owns (epoch, position) in one
+``loaders.progress.Progress``, and builds the chain of ``loaders.iteration`` for each
+``iter()``: plan -> workers -> failures -> device prefetch -> accounting.
 It subclasses ``torch.utils.data.DataLoader`` (frameworks check ``isinstance``): torch's
-constructor validates the stock arguments and holds their attributes; iteration, workers
-and length are ours, and torch's iterator machinery is never used.
+constructor validates the stock arguments and holds their attributes; iteration,
+workers and length are ours, and torch's iterator machinery is never used here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
 import weakref
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.utils.data
 from torch.utils.data import BatchSampler, IterableDataset, default_convert
 
-from loaders.collate import (
-    BatchBuilder,
-    BatchOutcome,
-    CollateGuard,
-    PinAfter,
-    Skip,
-    default_collate,
-    pinned_collate,
-    raise_failure,
-)
-from loaders.errors import ConfigError, SkipBudgetError
-from loaders.limits import WorkerInit
-from loaders.loader_options import LoaderOptions, OnError, WorkerType, draw_seed
-from loaders.loader_state import (
-    KEY_BATCHES_AHEAD,
-    KEY_BATCHES_CONSUMED,
-    KEY_SAMPLER,
-    KEY_SEED,
-    Delivery,
-    Progress,
-    build_state,
-    check_replayable,
-    check_state,
-    has_state,
-    length_or_none,
-    accepts_keywords,
-    start_transform_epoch,
-)
-from loaders.prefetch import DevicePrefetcher
+from loaders.collate import default_collate
+from loaders.errors import ConfigError
+from loaders.failures import FailurePolicy
+from loaders.fetch import EpochSync
+from loaders.iteration import LoaderIterator, Run
+from loaders.loader_options import LoaderOptions, OnError, WorkerType
+from loaders.plan import BatchPlan, length_or_none
+from loaders.processes import ProcessWorkers
+from loaders.progress import (KEY_AHEAD, KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_PLAN, KEY_POSITION, KEY_SEED,
+                              KEY_VERSION, STATE_VERSION, Progress, check_state)
 from loaders.sampler import ShardSampler
+from loaders.seeding import resolve_seed
+from loaders.stage import StatefulStage
 from loaders.topology import Topology, default_num_workers
-from loaders.workers import ProcessWorkers, ThreadWorkers
+from loaders.worker_setup import Workers, make_workers
 
 __all__ = ["DataLoader", "OnError", "WorkerType"]
 
@@ -74,55 +55,77 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Stock arguments handed on to torch's loader when workers are processes.
-_PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
-                 "persistent_workers", "pin_memory_device", "in_order", "batch_size", "drop_last")
-
 
 class _IntShardSampler(ShardSampler):
-    """ShardSampler yielding plain ints: a user's dataset indexes with them, not SampleIndex."""
+    """The loader's shuffled sampler: plain ints, over the dataset's length as it is now (datasets may grow)."""
 
     yields_ints = True
 
+    def __init__(self, dataset: Any, *, seed: int) -> None:
+        super().__init__(len(dataset), shuffle=True, seed=seed, topology=Topology())
+        self._dataset = dataset
+
+    def _follow_length(self) -> None:
+        size = len(self._dataset)
+        if size != self._num_samples:
+            self._num_samples, self._len, self._cached = size, size, None
+
+    def __len__(self) -> int:
+        self._follow_length()
+        return super().__len__()
+
+    def indices(self, epoch: int | None = None) -> Any:
+        self._follow_length()
+        return super().indices(epoch)
+
     def __iter__(self) -> Iterator[int]:  # type: ignore[override]
         return (item.index for item in super().__iter__())
+
+
+class _NoPlan:
+    """The plan stage of an iterable dataset: its order is its own, nothing to save."""
+
+    key = KEY_PLAN
+
+    def state_dict(self, epoch: int) -> dict[str, Any]:
+        return {"sampler": None, "world_size": None}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return None
+
+
+_NO_PLAN = _NoPlan()
 
 
 class DataLoader(torch.utils.data.DataLoader[T]):
     """``torch.utils.data.DataLoader`` (a subclass) with the same arguments, plus keyword-only options.
 
     Stock arguments keep their meaning, validation (same ValueError/TypeError) and
-    attributes, frozen after construction as torch freezes them. Where
-    not given: ``num_workers = default_num_workers(Topology.detect())``; ``pin_memory =
+    attributes, frozen after construction as torch freezes them. Where not given:
+    ``num_workers = default_num_workers(Topology.detect())`` (0 for an IterableDataset,
+    which only its own code can split between workers); ``pin_memory =
     torch.cuda.is_available()``; ``persistent_workers = num_workers > 0``;
-    ``prefetch_factor = 2`` batches per worker, for threads as for processes (at most
-    ``num_workers * prefetch_factor`` batches requested ahead).
+    ``prefetch_factor = 2`` batches per worker, for threads as for processes.
 
     worker_type: "auto" (threads when ``dataset.releases_gil`` is true, processes
         otherwise and for iterable datasets), "thread" or "process".
-    threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*
-        (``loaders.limits.limit_threads``). Thread workers share the process's pools, which
-        cannot be limited per thread without throttling the training step: not applied.
-    seed: base seed of the order and of worker seeds; None draws one from ``generator``
-        (else torch's default generator) at construction, like the stock loader.
-    on_error, max_skips: "raise" (default) ends the epoch with WorkerError at the first
-        failing sample; "skip" drops failing samples (map-style datasets), counted per
-        epoch and kept in ``state_dict``, SkipBudgetError past ``max_skips``.
-    device, device_transform, device_prefetch: yield batches on ``device`` through
-        ``loaders.prefetch.DevicePrefetcher``, ``device_prefetch`` batches (default 2) copied
-        ahead on a side stream, ``device_transform`` run there. A transform taking
-        ``epoch=`` and ``batch_index=`` (``loaders.augment.Augment``) gets each batch's true
-        position; one with only ``set_epoch`` is told where the epoch (re)starts. Either
-        way its randomness follows (seed, epoch, batch position), across resumes too.
+    threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
+    seed: base seed of the order and of worker seeds; None: in a distributed job the
+        same on every rank (``loaders.seeding.resolve_seed``), else drawn from
+        ``generator`` (else torch's default generator) at construction.
+    on_error, max_skips: "raise" (default) raises the first failing sample's exception;
+        "skip" drops failing samples (map-style datasets), counted per epoch and kept in
+        ``state_dict``, SkipBudgetError past ``max_skips``.
+    device, device_transform, device_prefetch: yield batches on ``device``, copied
+        ``device_prefetch`` (default 2) batches ahead on a side stream, ``device_transform``
+        run there with each batch's (epoch, batch_index, rank) (``loaders.keyed_transform``).
 
-    Worker processes: torch's own, with ``loaders.limits.WorkerInit`` (thread limits, then
-    random/numpy/torch seeded from (seed, epoch, worker_id), then the user's
-    worker_init_fn); persistent workers re-seed at each epoch's first batch (map-style
-    datasets; an iterable dataset's persistent workers keep the streams of their start).
-    Thread workers share the global RNGs (use ``loaders.order.sample_rng`` for per-sample
-    randomness), call ``dataset[i]`` concurrently, and run the user's worker_init_fn once
-    per thread. ``close()`` (or ``with``) stops the workers; so does garbage collection.
-    Resume: ``state_dict()`` / ``load_state_dict()``; ``epoch`` is the epoch being read.
+    Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
+    ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
+    sampler the user gave keeps its own epoch (its ``set_epoch`` is theirs to call); the
+    dataset's ``set_epoch``, if any, is called where its samples are read, in every
+    worker. An iteration abandoned after one batch (a peek, a shape probe) does not use
+    up the epoch; one abandoned later does. ``close()`` (or ``with``) stops the workers.
     """
 
     # Drop-in signature: torch's 17 parameters must stay positional-compatible.
@@ -157,8 +160,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     ) -> None:
         options = LoaderOptions(worker_type, threads_per_worker, seed, on_error, max_skips, device, device_transform,
                                 device_prefetch)
+        topology = Topology.detect()
+        workers_given = num_workers is not None
         if num_workers is None:
-            num_workers = default_num_workers(Topology.detect())
+            # An IterableDataset is split between workers only by its own code (get_worker_info):
+            # workers it did not ask for would each yield the whole stream.
+            num_workers = 0 if isinstance(dataset, IterableDataset) else default_num_workers(topology)
         if persistent_workers is None:
             persistent_workers = isinstance(num_workers, int) and num_workers > 0
         # Torch validates the user's own combination (its errors, in its order), sets its
@@ -169,23 +176,11 @@ class DataLoader(torch.utils.data.DataLoader[T]):
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device, in_order=in_order)
         self._iterable = isinstance(self.dataset, IterableDataset)
-        # torch's _auto_collation (batch_sampler is not None) also covers iterables: with a
-        # batch_size, torch gives them a BatchSampler over its infinite sampler.
+        self._workers_given = workers_given
         if collate_fn is None:  # ours collate straight into pinned memory; same batches as torch's
             self.collate_fn = default_collate if self._auto_collation else default_convert
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
-        self._adopt_options(options, generator)
-        self._shuffle = bool(shuffle)
-        self._own_sampler = sampler is None and batch_sampler is None and not self._iterable
-        if self._own_sampler:
-            self._install_default_sampler()
-        self._progress = Progress()
-        self._active: weakref.ref[Generator[Any, None, None]] | None = None
-        self._threads: ThreadWorkers | None = None
-        self._processes: ProcessWorkers | None = None
-        self._sampler_restored = False  # a loaded sampler state will list only the remaining batches
-
-    def _adopt_options(self, options: LoaderOptions, generator: torch.Generator | None) -> None:
+        self.rank = topology.rank
         self.options = options
         self.worker_type = options.resolve_worker_type(
             iterable=self._iterable, releases_gil=bool(getattr(self.dataset, "releases_gil", False)),
@@ -194,36 +189,50 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self.on_error, self.max_skips = options.on_error, options.max_skips
         self.device, self.device_transform = options.device, options.device_transform
         self._seed_given = options.seed is not None or generator is not None
-        self.seed = options.seed if options.seed is not None else draw_seed(generator)
+        self.seed = resolve_seed(options.seed, generator, world_size=topology.world_size)
+        self._shuffle = bool(shuffle)
+        self._own_sampler = sampler is None and batch_sampler is None and not self._iterable
+        self._build_plan()
+        self._progress = Progress()
+        self._failures = FailurePolicy(self.max_skips)
+        self._epoch_sync = EpochSync(self.dataset)  # this process's dataset: told each new epoch it reads
+        self._shared: Workers | None = None  # persistent workers, kept between epochs
+        self._run: Run | None = None  # the latest primary iteration
+        self._primary: weakref.ref[LoaderIterator] | None = None
 
-    def _install_default_sampler(self) -> None:
-        """The dataset's ``default_sampler`` if it has one, else ours when shuffling.
+    def _build_plan(self) -> None:
+        """The plan stage over the sampler; ours (seeded, resumable) when the user gave none.
 
-        Written past torch's frozen ``sampler``/``batch_sampler`` (its ``__setattr__``
-        refuses them after construction): ours must be what torch's attributes hold, and
-        a resume that adopts the saved seed rebuilds them.
+        Ours is written past torch's frozen ``sampler``/``batch_sampler`` (its
+        ``__setattr__`` refuses them after construction): it must be what they hold.
         """
-        make = getattr(self.dataset, "default_sampler", None)
-        if callable(make):
-            sampler = make(shuffle=self._shuffle, seed=self.seed, drop_last=self.drop_last)
-        elif self._shuffle:
-            sampler = _IntShardSampler(len(self.dataset), shuffle=True, seed=self.seed, topology=Topology())
-        else:
-            return
-        self.__dict__["sampler"] = sampler
-        if self.batch_size is not None:
-            self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
+        if self._own_sampler:
+            make = getattr(self.dataset, "default_sampler", None)
+            sampler: Any = None
+            if callable(make):
+                sampler = make(shuffle=self._shuffle, seed=self.seed, drop_last=self.drop_last)
+            elif self._shuffle:
+                sampler = _IntShardSampler(self.dataset, seed=self.seed)
+            if sampler is not None:
+                self.__dict__["sampler"] = sampler
+                if self.batch_size is not None:
+                    self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
+        self._plan = None if self._iterable else BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler)
 
     # ------------------------------------------------------------ length and epochs
 
     def __len__(self) -> int:
         """Batches per epoch, as the stock loader counts them (``len(dataset)`` based for iterables)."""
         if self._iterable:
-            length = len(self.dataset)
+            # Remembered as torch does: an iterator warns when the dataset yields more than this.
+            length = self._IterableDataset_len_called = len(self.dataset)
             if self.batch_size is not None:
                 length = length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
             return length
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
+
+    def _epoch_samples(self) -> int | None:
+        return None if self._iterable else length_or_none(self.sampler)
 
     @property
     def epoch(self) -> int:
@@ -233,205 +242,99 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     @property
     def batches_consumed(self) -> int:
         """Batches of the current epoch handed to the training loop so far (0 at an epoch start)."""
-        return self._progress.consumed
+        return self._progress.position
 
     @property
     def skipped(self) -> int:
         """Samples skipped so far this epoch (``on_error="skip"``)."""
-        return self._progress.skipped
+        return self._failures.skipped(self._progress.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` next, from its start; forwarded to the sampler, batch sampler and dataset."""
+        """Read ``epoch`` next, from its start; after ``load_state_dict`` for this same epoch, from the saved position.
+
+        Ends a running iteration. Only the loader's own sampler follows (a sampler the
+        user gave keeps the epoch the user sets on it).
+        """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"'epoch' must be a non-negative int (got {epoch!r} that is a {type(epoch).__name__})")
-        self._close_active()
-        self._progress.next_epoch(epoch)
-        self._forward_epoch(epoch)
-
-    def _forward_epoch(self, epoch: int) -> None:
-        done: list[int] = []
-        for part in (self.sampler, self.batch_sampler, self.dataset):
-            set_epoch = getattr(part, "set_epoch", None)
-            if callable(set_epoch) and id(part) not in done:
-                set_epoch(epoch)
-                done.append(id(part))
+        self._end_iteration()
+        progress = self._progress
+        if progress.epoch == epoch and (progress.resume_pending or (progress.position == 0 and not progress.ahead)):
+            return
+        progress.next_epoch(epoch)
 
     # ------------------------------------------------------------ iteration
 
-    def __iter__(self) -> Iterator[T]:  # type: ignore[override]
-        """One epoch: yields its (remaining) batches; a new ``__iter__`` ends the previous one."""
-        self._close_active()
-        progress = self._progress
-        if progress.in_epoch and not progress.resume_pending:
-            progress.next_epoch()  # the previous iteration was abandoned: it still counts as an epoch
-        progress.in_epoch, progress.resume_pending = True, False
-        self._forward_epoch(progress.epoch)
-        generator = self._iterate()
-        # A weak reference: `break` frees the generator, whose finally stops the workers.
-        self._active = weakref.ref(generator)
-        return generator
+    def __iter__(self) -> LoaderIterator:  # type: ignore[override]
+        """One epoch: its (remaining) batches. A second iterator while this one runs reads beside it."""
+        run = self._begin_run()
+        iterator = LoaderIterator(self, run)
+        if run.primary:
+            self._primary = weakref.ref(iterator)
+        return iterator
+
+    def _begin_run(self) -> Run:
+        current = self._primary() if self._primary is not None else None
+        last = self._run
+        if current is not None and last is not None and not (last.finished or last.closed):
+            return Run(last.start.snapshot(), primary=False)  # the running pass stays the loader's
+        if last is not None and not last.finished and self._progress.epoch == last.start.epoch:
+            if last.is_probe:  # a peek or a shape probe: the epoch starts over from where it did
+                self._progress = last.start.snapshot()
+                self._failures.load_state_dict(last.failures)
+                if self._plan is not None:
+                    self._plan.restart_epoch(last.start.epoch)
+            else:  # abandoned part-way: it counts as an epoch, as a new pass of the stock loader would
+                self._progress.next_epoch()
+        run = Run(self._progress.snapshot(), failures=self._failures.state_dict(self._progress.epoch))
+        self._run = run
+        return run
+
+    def _end_iteration(self) -> None:
+        """Stop the running primary iteration (it moves nothing from now on)."""
+        current = self._primary() if self._primary is not None else None
+        self._primary, self._run = None, None
+        if current is not None:
+            current.close()
 
     def _get_iterator(self) -> NoReturn:
         # Torch's iterator would start its own workers, outside our order, seeds and resume state.
         raise TypeError(f"{type(self).__module__}.{type(self).__name__} iterates with its own workers: "
                         "use iter(loader), not torch.utils.data.DataLoader.__iter__")
 
-    def _iterate(self) -> Generator[T, None, None]:
-        outcomes = self._run_epoch()
-        deliveries: deque[Delivery] = deque()
-        batches = self._unwrap(outcomes, deliveries)  # (position, batch) pairs
-        source: Iterable[tuple[int, Any]] = batches
-        if self.device is not None:
-            source = DevicePrefetcher(batches, self.device, depth=self.options.device_prefetch,
-                                      transform=self._positioned_transform())
-        failed = False
-        try:
-            for _, batch in source:
-                self._account(deliveries.popleft())
-                yield batch
-            while deliveries:  # trailing batches whose samples were all skipped
-                self._account(deliveries.popleft())
-            if self._progress.in_epoch:
-                self._progress.next_epoch()  # epoch length was unknown (iterable dataset)
-        except Exception:
-            failed = True
-            raise
-        finally:
-            for part in (source, batches, outcomes):
-                close = getattr(part, "close", None)
-                if callable(close):
-                    close()
-            if failed or not self.persistent_workers:
-                # After a failure, fresh workers for the next epoch; a hung thread is not waited for.
-                self._shutdown_workers(wait=not failed)
-
-    def _run_epoch(self) -> Iterator[BatchOutcome]:
-        if self._iterable:
-            return self._process_workers().run(None, self._progress.epoch)
-        jobs = self._epoch_jobs()
-        if self.num_workers == 0:
-            builder = self._batch_builder()
-            return (builder(0, position, indices) for position, indices in jobs)
-        if self.worker_type is WorkerType.THREAD:
-            return self._thread_workers().run(jobs)
-        return self._process_workers().run(jobs, self._progress.epoch)
-
-    def _epoch_jobs(self) -> list[tuple[int, list[Any]]]:
-        """(position, indices) of the batches of this epoch not yet received, in order."""
-        if type(self.batch_sampler) is BatchSampler and isinstance(self.batch_sampler.sampler, ShardSampler):
-            # ShardSampler lists batches as numpy slices: ~1 s less per 10^6 samples.
-            listed: list[Any] = self.batch_sampler.sampler.batches(self.batch_sampler.batch_size,
-                                                                   self.batch_sampler.drop_last)
-        elif self.batch_sampler is not None:
-            listed = [list(batch) for batch in self.batch_sampler]
-        else:
-            listed = [[index] for index in self.sampler]
-        restored, self._sampler_restored = self._sampler_restored, False
-        return self._progress.plan(listed, epoch_samples=length_or_none(self.sampler), after_prefix=restored)
-
-    def _positioned_transform(self) -> Callable[[tuple[int, Any]], tuple[int, Any]] | None:
-        """``device_transform`` applied to (position, batch) pairs inside the prefetcher.
-
-        A transform that takes ``epoch=`` and ``batch_index=`` (``loaders.augment.Augment``)
-        gets the batch's true position, so its randomness is keyed by (seed, epoch, batch
-        position) even when batches are skipped whole or arrive out of order. Otherwise
-        its ``set_epoch`` is told where the epoch resumes and it counts calls.
-        """
-        transform, epoch = self.device_transform, self._progress.epoch
-        if transform is None:
-            return None
-        if accepts_keywords(transform, "epoch", "batch_index"):
-            return lambda pair: (pair[0], transform(pair[1], epoch=epoch, batch_index=pair[0]))
-        start_transform_epoch(transform, epoch, self._progress.consumed)
-        return lambda pair: (pair[0], transform(pair[1]))
-
-    def _unwrap(self, outcomes: Iterator[BatchOutcome], deliveries: deque[Delivery]
-                ) -> Generator[tuple[int, Any], None, None]:
-        """Outcomes -> (position, batch); failures raise WorkerError, fully skipped batches ride with the next."""
-        kind = "main-thread" if self.num_workers == 0 else str(self.worker_type.value)
-        pending = Delivery()
-        for outcome in outcomes:
-            if outcome.failure is not None:
-                raise_failure(outcome, kind)
-            pending.add(outcome)
-            if outcome.batch is None:
-                continue
-            deliveries.append(pending)
-            pending = Delivery()
-            yield outcome.position, outcome.batch
-        if pending.positions:
-            deliveries.append(pending)
-
-    def _account(self, delivery: Delivery) -> None:
-        """The consumer received a batch: move the position, count samples and skips."""
-        progress = self._progress
-        progress.receive_delivery(delivery, getattr(self._state_part(), "advance", None))
-        if delivery.skips:
-            self._count_skips(delivery.skips)
-        if progress.total_batches is not None and progress.consumed >= progress.total_batches:
-            progress.next_epoch()
-
-    def _count_skips(self, skips: list[Skip]) -> None:
-        progress = self._progress
-        progress.skipped += len(skips)
-        for skip in skips:
-            logger.warning("skipped sample %r in epoch %d: %s", skip.index, progress.epoch, skip.error)
-        allowed = self.options.allowed_skips(progress.epoch_samples)
-        if progress.skipped > allowed:
-            raise SkipBudgetError(
-                f"on_error='skip' skipped {progress.skipped} samples in epoch {progress.epoch}, more than "
-                f"max_skips={self.max_skips} allows ({allowed} of {progress.epoch_samples} samples); "
-                f"last: sample {skips[-1].index!r}: {skips[-1].error}")
-
     # ------------------------------------------------------------ workers
 
-    def _pin(self) -> bool:
-        return self.pin_memory and torch.cuda.is_available()
+    def _worker_kind(self) -> str:
+        return "main-thread" if self.num_workers == 0 and not self._iterable else str(self.worker_type.value)
 
-    def _batch_builder(self) -> BatchBuilder:
-        """Collate for the main thread and thread workers: straight into pinned memory."""
-        collate = self.collate_fn
-        if self.pin_memory and not self._pin():
-            warnings.warn("'pin_memory' is True but CUDA is not available: batches are not pinned", stacklevel=3)
-        if self._pin():
-            collate = pinned_collate if collate is default_collate else PinAfter(collate)
-        return BatchBuilder(self.dataset, collate, self._auto_collation, self.on_error is OnError.SKIP)
+    def _workers_for(self, *, private: bool) -> Workers:
+        """The primary pass's workers (kept when persistent), or a private set for a detached pass."""
+        if not private and self._shared is not None:
+            return self._shared
+        workers = make_workers(self)
+        if not private and self.persistent_workers:
+            self._shared = workers
+        return workers
 
-    def _thread_workers(self) -> ThreadWorkers:
-        if self._threads is None:
-            self._threads = ThreadWorkers(
-                self._batch_builder(), num_workers=self.num_workers,
-                max_in_flight=self.num_workers * (self.prefetch_factor or 1), timeout_s=float(self.timeout),
-                in_order=self.in_order, init=self.worker_init_fn)
-        return self._threads
+    def _release_workers(self, workers: Workers, *, failed: bool, finalizing: bool = False) -> None:
+        """A pass ended: keep persistent workers unless it failed, else stop them.
 
-    def _process_workers(self) -> ProcessWorkers:
-        if self._processes is None:
-            self._processes = ProcessWorkers(
-                self.dataset, collate=CollateGuard(self.collate_fn, self._auto_collation),
-                stock={name: getattr(self, name) for name in _PROCESS_ARGS},
-                init=WorkerInit(self.seed, self.threads_per_worker, self.worker_init_fn),
-                skip_errors=self.on_error is OnError.SKIP)
-        return self._processes
-
-    def _shutdown_workers(self, *, wait: bool = True) -> None:
-        threads, self._threads = self._threads, None
-        processes, self._processes = self._processes, None
-        if threads is not None:
-            threads.close(wait=wait)
-        if processes is not None:
-            processes.close()
-
-    def _close_active(self) -> None:
-        generator = self._active() if self._active is not None else None
-        self._active = None
-        if generator is not None:
-            generator.close()
+        Threads are joined (~2 s at most) unless the pass failed (a hung thread is not waited
+        for); processes are not joined from a finaliser, where a join can stall whatever the
+        garbage collector interrupted (they are told to stop and terminated).
+        """
+        if workers is self._shared:
+            if not failed:
+                return
+            self._shared = None
+        workers.close(wait=not failed and not (finalizing and isinstance(workers, ProcessWorkers)))
 
     def close(self) -> None:
         """End the current iteration and stop all workers (threads joined, processes shut down)."""
-        self._close_active()
-        self._shutdown_workers()
+        self._end_iteration()
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
 
     def __enter__(self) -> DataLoader[T]:
         return self
@@ -440,22 +343,26 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self.close()
 
     def __del__(self) -> None:
-        # No joins in a finaliser: signal the threads; torch's iterator stops its processes.
-        threads = self.__dict__.get("_threads")
-        if threads is not None:
-            threads.close(wait=False)
+        # No joins in a finaliser: signal the threads; process workers stop in their own finaliser.
+        shared = self.__dict__.get("_shared")
+        if shared is not None:
+            shared.close(wait=False)
 
     # ------------------------------------------------------------ resume state
 
     def state_dict(self) -> dict[str, Any]:
-        """The resume state: small, plain values (see the KEY_* constants of ``loaders.loader_state``)."""
-        part = self._state_part()
-        return build_state(self._progress, seed=self.seed, batch_size=self.batch_size,
-                           dataset_len=length_or_none(self.dataset),
-                           sampler=part.state_dict() if has_state(part) else None)
+        """The resume state: a small nest of plain values, one key per stage (see ``loaders.progress``)."""
+        return {
+            KEY_VERSION: STATE_VERSION,
+            **self._progress.state(),
+            KEY_SEED: self.seed,
+            KEY_BATCH_SIZE: self.batch_size,
+            KEY_DATASET_LEN: length_or_none(self.dataset),
+            **{stage.key: stage.state_dict(self._progress.epoch) for stage in self._stages()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next ``__iter__`` yields the batches the saved run had not yet received.
+        """Continue from ``state``: the next iteration yields the batches the saved run had not yet received.
 
         Raises ConfigError when the state is malformed or from another setup (dataset
         length, batch size, seed given explicitly), or when the order cannot be replayed
@@ -463,30 +370,22 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         """
         check_state(state, dataset_len=length_or_none(self.dataset), batch_size=self.batch_size,
                     seed=self.seed if self._seed_given else None)
-        if int(state[KEY_BATCHES_CONSUMED]) or set(state.get(KEY_BATCHES_AHEAD, ())):
-            check_replayable(self._state_part(), iterable=self._iterable)
-        self._close_active()
+        if state[KEY_POSITION] or state[KEY_AHEAD]:
+            if self._plan is None:
+                raise ConfigError("cannot resume an IterableDataset mid-epoch: the loader does not know its order; "
+                                  "resume at an epoch boundary or make the dataset resume itself")
+            self._plan.check_resumable()
+        self._end_iteration()
         if state[KEY_SEED] != self.seed:
-            self._adopt_seed(int(state[KEY_SEED]))
-        part = self._state_part()
-        self._sampler_restored = False
-        if state[KEY_SAMPLER] is not None and has_state(part):
-            part.load_state_dict(state[KEY_SAMPLER])
-            # Only a sampler that is told what was consumed (advance) resumes by itself.
-            self._sampler_restored = callable(getattr(part, "advance", None))
+            logger.info("DataLoader: resuming with the saved seed %d instead of the drawn seed %d",
+                        state[KEY_SEED], self.seed)
+            self.seed = int(state[KEY_SEED])
+            self.close()
+            self._build_plan()
+        for stage in self._stages():
+            stage.load_state_dict(state[stage.key])
         self._progress.restore(state)
 
-    def _adopt_seed(self, seed: int) -> None:
-        """No seed was given here: take the saved run's, and rebuild what depends on it."""
-        logger.info("DataLoader: resuming with the saved seed %d instead of the drawn seed %d", seed, self.seed)
-        self.seed = seed
-        self._shutdown_workers()
-        if self._own_sampler:
-            self._install_default_sampler()
-
-    def _state_part(self) -> Any:
-        """The sampler whose state is saved: a given batch_sampler with state, else the sampler."""
-        if self.batch_sampler is not None and not isinstance(self.batch_sampler, BatchSampler):
-            return self.batch_sampler
-        return self.sampler
-
+    def _stages(self) -> list[StatefulStage]:
+        """The chain's stateful stages; each one's state nests under its key."""
+        return [self._plan if self._plan is not None else _NO_PLAN, self._failures]

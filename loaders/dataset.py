@@ -19,6 +19,7 @@ import json
 import os
 import random
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,43 @@ def takes_rng(transform: Callable[..., Any]) -> bool:
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+_warned_threads = False
+
+
+def _with_sample_seed(transform: Transform, sample: Sample, seed: int) -> Sample:
+    """``transform(sample)`` with the global RNGs seeded from ``seed``, never changing the training loop's.
+
+    In a worker process the globals are the worker's own. In the main thread
+    (``num_workers=0``) they are the training loop's: saved, seeded, and put back. In
+    another thread (thread workers) they are shared with the training loop while it
+    runs, so they are left alone (and the transform is not reproducible): give the
+    transform an ``rng`` parameter instead.
+    """
+    global _warned_threads
+    if torch.utils.data.get_worker_info() is not None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed % 2**63)
+        return transform(sample)
+    if threading.current_thread() is not threading.main_thread():
+        if not _warned_threads:
+            _warned_threads = True
+            warnings.warn("a dataset transform without an 'rng' parameter runs in thread workers: the global RNGs "
+                          "are the training loop's and are not reseeded, so it is not reproducible; take "
+                          "f(sample, rng) or use worker processes", stacklevel=2)
+        return transform(sample)
+    saved = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.default_generator.manual_seed(seed % 2**63)
+    try:
+        return transform(sample)
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.default_generator.set_state(saved[2])
 
 
 class _Keyed:
@@ -100,11 +138,7 @@ class _Keyed:
         try:
             if self._transform_takes_rng:
                 return self.transform(sample, sample_rng(self.seed, epoch, index))
-            seed = sample_seed(self.seed, epoch, index)
-            random.seed(seed)
-            np.random.seed(seed % 2**32)
-            torch.manual_seed(seed % 2**63)
-            return self.transform(sample)
+            return _with_sample_seed(self.transform, sample, sample_seed(self.seed, epoch, index))
         except SampleError:
             raise
         except Exception as err:

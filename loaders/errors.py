@@ -6,12 +6,19 @@ Tree::
     ├── ConfigError         an argument is invalid (also a ValueError)
     ├── ShardError          a shard, index or manifest is missing or unreadable (at construction)
     ├── SampleError         one sample failed to read or decode (names shard, key, byte offset)
+    │   └── BatchShapeError samples of one batch differ in shape (also a RuntimeError, as torch's)
     ├── SkipBudgetError     more samples skipped than ``max_skips`` allows
     └── WorkerError         a worker died, hung past ``timeout`` or raised; names the worker
-                            and what it was reading
+        │                   and what it was reading
+        ├── WorkerLostError a worker died or produced nothing within ``timeout`` (also a
+        │                   RuntimeError, as torch raises)
+        └── UnsendableBatchError  a worker process built a batch pickle cannot send (also a TypeError)
 
-Worker exceptions are re-raised in the consumer wrapped in ``WorkerError`` with the
-original as ``__cause__``.
+An exception raised by the dataset or collate_fn in a worker reaches the training loop
+as an instance of exactly its own class (as torch re-raises it), with a note
+(``add_note``) naming the worker, the batch and its indices. Failures the loader itself
+detects are ``WorkerError``s: a worker that died or timed out (``WorkerLostError``, also
+a RuntimeError as in torch), a batch that cannot leave a worker process.
 """
 
 from __future__ import annotations
@@ -44,9 +51,21 @@ class SampleError(LoaderError):
         self.index = index
 
 
+class BatchShapeError(SampleError, RuntimeError):
+    """Samples of one batch differ in shape, so they cannot be stacked (torch raises RuntimeError)."""
+
+
 class SkipBudgetError(LoaderError):
     """``on_error="skip"`` skipped more samples than ``max_skips`` allows."""
 
 
 class WorkerError(LoaderError):
     """A worker failed: it raised, died or did not answer within ``timeout``."""
+
+
+class WorkerLostError(WorkerError, RuntimeError):
+    """A worker died or produced nothing within ``timeout``: the message names the batch it was reading."""
+
+
+class UnsendableBatchError(WorkerError, TypeError):
+    """A batch built in a worker process cannot be pickled to the main process (a class pickle cannot find)."""

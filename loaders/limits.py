@@ -1,9 +1,10 @@
-"""Thread limits and random seeding for DataLoader worker processes.
+"""Thread limits and the start-up of DataLoader worker processes.
 
 A worker process that inherits the parent's thread settings runs one OpenMP/MKL/BLAS
 pool per worker, each sized for the whole machine: 8 workers on 16 cores then fight
 over 8 x 16 threads. ``limit_threads`` caps every pool we know of inside one process;
-``seed_worker`` gives each worker, in each epoch, its own random streams.
+``WorkerInit`` applies it, then ``loaders.seeding.seed_worker`` (each worker's own
+random streams), then the user's ``worker_init_fn``.
 
 Both change process-wide state, so they belong in worker *processes* (the DataLoader's
 ``worker_init_fn``), never in the training process or in a worker thread.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,8 +23,9 @@ import numpy as np
 import torch
 
 from loaders.errors import ConfigError
+from loaders.seeding import seed_worker
 
-__all__ = ["THREAD_ENV_VARS", "WorkerInit", "limit_threads", "seed_worker", "seeded_for", "worker_seed"]
+__all__ = ["THREAD_ENV_VARS", "WorkerInit", "limit_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +38,6 @@ THREAD_ENV_VARS = (
     "VECLIB_MAXIMUM_FRAMEWORK_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-
-# Tags the worker streams so they never coincide with other streams derived from the
-# same user seed (loaders.order uses its own tags for epoch orders and sample seeds).
-_WORKER_DOMAIN = 0x5346_574B_5345_4544  # "SFWKSEED"
-
-# (seed, epoch, worker_id) last applied by seed_worker in this process, so a persistent
-# worker re-seeds at an epoch's first batch without resetting streams it already seeded.
-_seeded: tuple[int, int, int] | None = None
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -87,56 +80,22 @@ def _limit_threadpoolctl(n: int) -> None:
     threadpoolctl.threadpool_limits(limits=n)
 
 
-def worker_seed(seed: int, epoch: int, worker_id: int) -> int:
-    """The 64-bit seed of worker ``worker_id`` in ``epoch``: an int in [0, 2^64).
-
-    A pure function of its arguments, different for every (epoch, worker_id) pair of a
-    seed (up to hash collisions, ~2^-64), so workers never share random numbers.
-    """
-    seed = _check_int("seed", seed, 0)
-    epoch = _check_int("epoch", epoch, 0)
-    worker_id = _check_int("worker_id", worker_id, 0)
-    words = np.random.SeedSequence([_WORKER_DOMAIN, seed, epoch, worker_id]).generate_state(2, np.uint64)
-    return int(words[0])
-
-
-def seed_worker(seed: int, epoch: int, worker_id: int) -> int:
-    """Seed ``random``, numpy's global generator and torch's CPU generator for this worker.
-
-    Each from ``worker_seed(seed, epoch, worker_id)``, so forked workers stop sharing the
-    parent's numpy state (the classic duplicated-augmentation bug) and draw new numbers
-    each epoch. Returns that seed. Process-wide: call it in a worker process only.
-    """
-    global _seeded
-    derived = worker_seed(seed, epoch, worker_id)
-    _seeded = (int(seed), int(epoch), int(worker_id))
-    random.seed(derived)
-    # The legacy numpy seed takes at most 32-bit words: hand it all 64 bits as two.
-    np.random.seed([derived & 0xFFFF_FFFF, derived >> 32])
-    torch.manual_seed(derived)
-    return derived
-
-
-def seeded_for() -> tuple[int, int, int] | None:
-    """The (seed, epoch, worker_id) of this process's last ``seed_worker`` call, or None."""
-    return _seeded
-
-
 @dataclass
 class WorkerInit:
     """The ``worker_init_fn`` of worker processes: thread limits, then seeds, then the user's function.
 
     ``epoch`` is set by the DataLoader before it starts workers, so workers started for
-    an epoch seed from (seed, epoch, worker_id). Picklable when ``user_fn`` is.
+    an epoch seed from (seed, epoch, rank, worker_id). Picklable when ``user_fn`` is.
     """
 
     seed: int
     threads_per_worker: int = 1
     user_fn: Callable[[int], None] | None = None
     epoch: int = 0
+    rank: int = 0
 
     def __call__(self, worker_id: int) -> None:
         limit_threads(self.threads_per_worker)
-        seed_worker(self.seed, self.epoch, worker_id)
+        seed_worker(self.seed, self.epoch, worker_id, self.rank)
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -16,7 +16,7 @@ import torch
 
 from loaders.errors import ConfigError
 
-__all__ = ["LoaderOptions", "OnError", "WorkerType", "draw_seed"]
+__all__ = ["LoaderOptions", "OnError", "WorkerType"]
 
 
 class WorkerType(enum.StrEnum):
@@ -88,12 +88,6 @@ class LoaderOptions:
             raise ConfigError(f"'device_transform' must be callable and needs 'device' (got {self.device_transform!r}"
                               f" with device={self.device!r})")
 
-    def allowed_skips(self, epoch_samples: int) -> float:
-        """How many skips an epoch of ``epoch_samples`` samples may have."""
-        if isinstance(self.max_skips, float) and self.max_skips < 1:
-            return math.floor(self.max_skips * epoch_samples)
-        return self.max_skips
-
     def resolve_worker_type(self, *, iterable: bool, releases_gil: bool, has_mp_context: bool) -> WorkerType:
         """The worker type for a dataset: ``auto`` resolved; ConfigError for combinations that cannot work."""
         if self.on_error is OnError.SKIP and iterable:
@@ -109,8 +103,3 @@ class LoaderOptions:
         if self.worker_type is WorkerType.THREAD and has_mp_context:
             raise ConfigError("'multiprocessing_context' applies to worker processes, not worker_type='thread'")
         return self.worker_type
-
-
-def draw_seed(generator: torch.Generator | None) -> int:
-    """A non-negative 63-bit seed from ``generator`` (torch's default one when None), as torch draws its base seed."""
-    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())

@@ -6,28 +6,28 @@ int64, 1-D, on the CPU.
 
 The split is the one ``torch.utils.data.DistributedSampler`` makes, so the two agree:
 permute the epoch, pad by repeating the start of the order (or drop the tail) to a
-multiple of ``world_size``, and deal the result round-robin to ranks. Within a rank,
-batch ``b`` goes to worker ``b % num_workers``, and the DataLoader consumes workers in
-that same round-robin, so a rank's sample sequence never depends on ``num_workers``.
+multiple of ``world_size``, and deal the result round-robin to ranks. Workers never change
+a rank's sequence: they build whole batches of it, which the consumer receives in order.
 """
 
 from __future__ import annotations
 
 import enum
-import operator
 from typing import SupportsIndex
 
 import numpy as np
 
 from loaders.errors import ConfigError
+from loaders.seeding import sample_seed
+
+__all__ = [
+    "OrderMode", "epoch_order", "epoch_rng", "num_batches", "parse_mode", "rank_indices", "sample_rng",
+    "sample_seed", "samples_per_rank",
+]
 
 # Domain tags separate the random streams derived from the same user seed, so the epoch
 # permutation and per-sample augmentation never share random numbers.
 _EPOCH_DOMAIN = 0x5346_4F52_4445_5231  # "SFORDER1"
-_SAMPLE_DOMAIN = 0x5346_5341_4D50_4C31  # "SFSAMPL1"
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN_GAMMA = 0x9E37_79B9_7F4A_7C15  # splitmix64 increment: odd, so adding it is a bijection
 
 
 class OrderMode(enum.StrEnum):
@@ -143,46 +143,8 @@ def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
     return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 
-def worker_batches(num_batches: int, *, worker_id: int, num_workers: int) -> range:
-    """Batch numbers worker ``worker_id`` builds: ``b`` with ``b % num_workers == worker_id``.
-
-    This is the DataLoader's round-robin, so consuming workers in turn reproduces batch
-    order ``0, 1, 2, ...`` whatever ``num_workers`` is.
-    """
-    num_batches = _check_int("num_batches", num_batches, 0)
-    num_workers = _check_int("num_workers", num_workers, 1)
-    worker_id = _check_int("worker_id", worker_id, 0)
-    if worker_id >= num_workers:
-        raise ConfigError(f"'worker_id' must be < num_workers={num_workers} (got {worker_id})")
-    return range(worker_id, num_batches, num_workers)
-
-
-def _mix64(z: int) -> int:
-    """The splitmix64 finaliser (Stafford's Mix13): a bijection on 64-bit ints with full avalanche."""
-    z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def sample_seed(seed: SupportsIndex, epoch: SupportsIndex, index: SupportsIndex) -> int:
-    """A 64-bit seed for sample ``index``'s randomness in ``epoch`` (an int in [0, 2^64)).
-
-    Arguments are ints (numpy ints too) taken modulo 2^64. Three chained splitmix64 steps, ~1 µs in pure Python
-    (a SeedSequence costs ~5x more). Properties:
-
-    - for fixed (seed, epoch), index -> seed is a bijection: no two samples of an epoch
-      ever share a seed; likewise epoch -> seed for fixed (seed, index);
-    - each step's finaliser avalanches (one flipped input bit flips each output bit with
-      probability ~1/2), so neighbouring indices, epochs or seeds give unrelated seeds;
-    - across different epochs or seeds, two pairs collide with probability ~2^-64.
-    """
-    h = _mix64((operator.index(seed) ^ _SAMPLE_DOMAIN) & _MASK64)
-    h = _mix64(((h ^ operator.index(epoch)) + _GOLDEN_GAMMA) & _MASK64)
-    return _mix64(((h ^ operator.index(index)) + _GOLDEN_GAMMA) & _MASK64)
-
-
 def sample_rng(seed: SupportsIndex, epoch: SupportsIndex, index: SupportsIndex) -> np.random.Generator:
-    """A PCG64 generator for sample ``index`` in ``epoch``, seeded by ``sample_seed``.
+    """A PCG64 generator for sample ``index`` in ``epoch``, seeded by ``loaders.seeding.sample_seed``.
 
     Reproducible on any worker, rank or resume: the stream depends only on (seed, epoch, index).
     """

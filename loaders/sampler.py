@@ -8,8 +8,9 @@ Resume state (version 1, keys are the module constants below)::
     {"version": 1, "epoch": 3, "position": 1280, "seed": 0, "num_samples": 50000, "world_size": 8}
 
 ``position`` counts samples *consumed* this epoch on this rank, as reported through
-``advance()``: the DataLoader calls it when it hands a batch to the training loop, so
-samples that workers prefetched but nobody saw are read again after a resume.
+``advance()`` by whoever iterates the sampler directly, so samples prefetched but never
+seen are read again after a resume. ``loaders.DataLoader`` does not need it: it reads
+the rank's order for an epoch (``indices``) and owns the position itself.
 """
 
 from __future__ import annotations

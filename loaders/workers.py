@@ -1,17 +1,14 @@
-"""Worker backends: a pool of threads, or torch's worker processes, behind one ``run(jobs)``.
+"""The workers stage in this process: a pool of threads, or the calling thread itself.
 
-Both build the batches of one epoch from jobs ``(position, indices)`` and yield a
-``loaders.collate.BatchOutcome`` per batch (in order unless ``in_order=False``); the
-consumer turns failures into errors.
+Every backend (these and ``loaders.processes.ProcessWorkers``) has ``run(jobs, epoch)``:
+it builds ``loaders.plan.Job``s, pulled lazily from an iterator, into
+``loaders.outcome.BatchOutcome``s (in order unless ``in_order=False``), and ``close()``.
+They hold no resume state: batches in flight are built again after a resume.
 
 ``ThreadWorkers``: batch ``b`` is built by thread ``b % num_workers``; at most
 ``max_in_flight`` batches are requested ahead; every wait has a timeout and checks that
-the thread it waits for is alive. No pickling, no inter-process copies.
-
-``ProcessWorkers``: one inner ``torch.utils.data.DataLoader`` (multiprocessing is torch's),
-whose batch sampler is fed each epoch's jobs, so persistent workers serve every epoch.
-``GuardedDataset`` and ``CollateGuard`` carry the per-batch logic into the processes,
-``loaders.limits.WorkerInit`` the thread limits and seeds.
+the thread it waits for is alive. No pickling, no inter-process copies: batches are
+collated straight into pinned memory. ``InlineWorkers``: ``num_workers=0``.
 """
 
 from __future__ import annotations
@@ -19,30 +16,20 @@ from __future__ import annotations
 import atexit
 import logging
 import queue
-import re
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.utils.data
+from loaders.errors import WorkerLostError
+from loaders.fetch import describe_batch
+from loaders.outcome import BatchOutcome
+from loaders.plan import Job
 
-from loaders.collate import (
-    BatchOutcome,
-    CollateGuard,
-    Fetched,
-    describe_batch,
-    describe_error,
-    fetch_samples,
-    portable_error,
-)
-from loaders.errors import WorkerError
-from loaders.limits import WorkerInit, seed_worker, seeded_for
-
-__all__ = ["GuardedDataset", "IndexBatch", "ProcessWorkers", "ThreadWorkers"]
+__all__ = ["InlineWorkers", "ThreadWorkers"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +52,8 @@ def _stop_threads_at_exit() -> None:
     for thread in list(_THREADS):
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-Job = tuple[int, list[Any]]  # (batch position in the epoch, sampler indices)
-_Work = Callable[[int, int, list[Any]], BatchOutcome]
-_Inbox = queue.SimpleQueue[tuple[int, int, list[Any]] | None]
+_Work = Callable[[int, int, int, Any], BatchOutcome]  # (worker_id, epoch, position, indices) -> outcome
+_Inbox = queue.SimpleQueue[tuple[int, Job] | None]
 
 
 @dataclass
@@ -88,17 +74,17 @@ def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
             shared.init(worker_id)
         except Exception as err:  # reported with each batch of this worker, not lost in the thread
             init_error = err
-    while (job := inbox.get()) is not None:
-        run_id, position, indices = job
+    while (item := inbox.get()) is not None:
+        run_id, job = item
         if run_id != shared.run_id:
             continue  # the consumer abandoned that run
-        outcome = BatchOutcome(position, None, indices, 0, [], init_error, None, worker_id)
+        outcome = BatchOutcome(job.position, None, list(job.indices), 0, [], init_error, None, worker_id, job.epoch)
         if init_error is None:
             try:
-                outcome = shared.work(worker_id, position, indices)
+                outcome = shared.work(worker_id, job.epoch, job.position, job.indices)
             except Exception as err:  # a bug in `work`: reported to the consumer
                 outcome.failure = err
-        shared.outbox.put((run_id, position, outcome))
+        shared.outbox.put((run_id, job.position, outcome))
 
 
 @dataclass(slots=True)
@@ -106,13 +92,13 @@ class _Pass:
     """One ``ThreadWorkers.run``: jobs requested and results not yet yielded."""
 
     run_id: int
-    indices: dict[int, list[Any]] = field(default_factory=dict)  # position -> indices, requested
+    indices: dict[int, Any] = field(default_factory=dict)  # position -> indices, requested
     order: deque[int] = field(default_factory=deque)  # positions requested, not yet yielded
     ready: dict[int, BatchOutcome] = field(default_factory=dict)
 
 
 class ThreadWorkers:
-    """A pool of ``num_workers`` threads building batches with ``work(worker_id, position, indices)``.
+    """A pool of ``num_workers`` threads building batches with ``work(worker_id, epoch, position, indices)``.
 
     ``work`` should not raise (``loaders.collate.BatchBuilder`` does not); if it does, the
     outcome carries the error. ``init(worker_id)`` runs first on each thread (the user's
@@ -136,6 +122,11 @@ class ThreadWorkers:
     def is_running(self) -> bool:
         return bool(self._threads)
 
+    @property
+    def handles(self) -> list[threading.Thread]:
+        """The worker threads (empty before the first run and after close)."""
+        return list(self._threads)
+
     def _start(self) -> None:
         for worker_id in range(self.num_workers):
             inbox: _Inbox = queue.SimpleQueue()
@@ -147,8 +138,8 @@ class ThreadWorkers:
             thread.start()
         _RUNNING.add(self)
 
-    def run(self, jobs: Sequence[Job]) -> Generator[BatchOutcome, None, None]:
-        """Build ``jobs`` and yield their outcomes, in order unless ``in_order=False``.
+    def run(self, jobs: Iterable[Job], epoch: int = 0) -> Generator[BatchOutcome, None, None]:
+        """Build ``jobs`` (pulled lazily) and yield their outcomes, in order unless ``in_order=False``.
 
         Closing the generator (``break``, ``close()``) abandons the run: queued jobs are
         dropped; results still arriving are ignored by later runs.
@@ -173,10 +164,9 @@ class ThreadWorkers:
             job = next(pending, None)
             if job is None:
                 return
-            position, indices = job
-            current.indices[position] = indices
-            current.order.append(position)
-            self._inboxes[position % self.num_workers].put((current.run_id, position, indices))
+            current.indices[job.position] = job.indices
+            current.order.append(job.position)
+            self._inboxes[job.position % self.num_workers].put((current.run_id, job))
 
     def _next_outcome(self, current: _Pass) -> BatchOutcome:
         head = current.order[0]
@@ -205,11 +195,11 @@ class ThreadWorkers:
         worker_id = head % self.num_workers
         what = describe_batch(head, current.indices[head])
         if not self._threads[worker_id].is_alive():
-            raise WorkerError(f"thread worker {worker_id} died (its thread ended) while reading {what}")
+            raise WorkerLostError(f"thread worker {worker_id} died (its thread ended) while reading {what}")
         if deadline is not None and time.monotonic() >= deadline:
-            raise WorkerError(f"thread worker {worker_id} produced nothing for {self.timeout_s:.1f} s while "
-                              f"reading {what}; raise 'timeout' if samples are this slow, else look for a hang "
-                              "in the dataset's __getitem__")
+            raise WorkerLostError(f"DataLoader timed out after {self.timeout_s:g} seconds: thread worker {worker_id} "
+                                  f"produced nothing while reading {what}; raise 'timeout' if samples are this slow, "
+                                  "else look for a hang in the dataset's __getitem__")
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the threads: each finishes the sample at hand and exits. ``wait``: join them (~2 s at most)."""
@@ -241,129 +231,16 @@ class ThreadWorkers:
             self.close(wait=False)
 
 
-class IndexBatch(list):  # type: ignore[type-arg]
-    """A batch of sampler indices sent to a worker process, tagged with its epoch and position."""
+class InlineWorkers:
+    """``num_workers=0``: each batch is built in the consumer's thread when it is asked for."""
 
-    def __init__(self, indices: Sequence[Any], *, epoch: int, position: int) -> None:
-        super().__init__(indices)
-        self.epoch = epoch
-        self.position = position
+    def __init__(self, work: _Work) -> None:
+        self._work = work
 
+    def run(self, jobs: Iterable[Job], epoch: int = 0) -> Iterator[BatchOutcome]:
+        return (self._work(0, job.epoch, job.position, job.indices) for job in jobs)
 
-class GuardedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """A map-style dataset as seen inside worker processes: failures caught, seeds per epoch.
-
-    ``__getitems__(IndexBatch)`` returns a ``Fetched`` (not a list) that ``CollateGuard``
-    turns into a BatchOutcome. Reads and writes of other attributes go to the wrapped
-    dataset, so ``get_worker_info().dataset.x = ...`` in a worker_init_fn still works.
-    """
-
-    _OWN = frozenset({"dataset", "skip_errors", "seed"})
-
-    def __init__(self, dataset: Any, *, skip_errors: bool, seed: int) -> None:
-        object.__setattr__(self, "dataset", dataset)
-        object.__setattr__(self, "skip_errors", skip_errors)
-        object.__setattr__(self, "seed", seed)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in GuardedDataset._OWN or name.startswith("__"):
-            raise AttributeError(name)  # not set yet (while unpickling): never recurse into `dataset`
-        return getattr(self.dataset, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in GuardedDataset._OWN:
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.dataset, name, value)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.dataset[index]
-
-    def __getitems__(self, batch: IndexBatch) -> Fetched:  # type: ignore[override]
-        info = torch.utils.data.get_worker_info()
-        if info is not None and seeded_for() != (self.seed, batch.epoch, info.id):
-            # Persistent workers live across epochs: re-seed at each epoch's first batch.
-            seed_worker(self.seed, batch.epoch, info.id)
-        fetched = fetch_samples(self.dataset, batch, position=batch.position, skip_errors=self.skip_errors)
-        if fetched.failure is not None:
-            fetched.failure = portable_error(fetched.failure)
-        return fetched
+    def close(self, *, wait: bool = True) -> None:
+        return None
 
 
-class _EpochFeeder:
-    """batch_sampler of the inner torch loader: the current epoch's jobs."""
-
-    def __init__(self) -> None:
-        self.batches: list[IndexBatch] = []
-
-    def __iter__(self) -> Iterator[IndexBatch]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
-_TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
-
-
-class ProcessWorkers:
-    """Torch's worker processes behind the ``run()`` interface of ThreadWorkers.
-
-    dataset: map-style (wrapped in GuardedDataset, fed jobs) or iterable (read as torch
-    does, with ``get_worker_info()`` sharding). collate: the batch collate_fn, run in the
-    workers. stock: torch DataLoader keyword arguments (num_workers, pin_memory, timeout,
-    prefetch_factor, persistent_workers, multiprocessing_context, generator,
-    pin_memory_device, in_order; batch_size and drop_last for iterable datasets).
-    Constructing starts nothing; closing drops the inner loader and, with it, the processes.
-    """
-
-    def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
-                 skip_errors: bool) -> None:
-        self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
-        self._feeder = _EpochFeeder()
-        self._init = init
-        self._timeout_s = float(stock.get("timeout", 0))
-        kwargs = dict(stock)
-        if kwargs.get("num_workers", 0) == 0:
-            kwargs.update(prefetch_factor=None, persistent_workers=False)
-        else:
-            kwargs["worker_init_fn"] = init
-        if self._map_style:
-            dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed)
-            kwargs.update(batch_sampler=self._feeder, batch_size=1, drop_last=False)
-        self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
-            dataset, collate_fn=collate, **kwargs)
-
-    def run(self, jobs: Sequence[Job] | None, epoch: int) -> Generator[BatchOutcome, None, None]:
-        """Yield the outcomes of ``jobs`` (None: an iterable dataset's whole epoch)."""
-        if self._loader is None:
-            raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
-        self._init.epoch = epoch
-        self._feeder.batches = [IndexBatch(batch, epoch=epoch, position=pos) for pos, batch in jobs or []]
-        waiting = dict(jobs or [])
-        iterator = iter(self._loader)
-        while True:
-            try:
-                outcome = next(iterator)
-            except StopIteration:
-                return
-            except Exception as err:  # torch re-raised a worker's exception, a timeout or a dead worker
-                raise self._wrap(err, waiting) from err
-            waiting.pop(outcome.position, None)
-            yield outcome
-
-    def _wrap(self, err: Exception, waiting: dict[int, list[Any]]) -> WorkerError:
-        position = min(waiting, default=-1)
-        what = describe_batch(position, waiting.get(position, []))
-        if "timed out" in str(err):
-            return WorkerError(f"process workers produced nothing for {self._timeout_s:.1f} s while reading {what}")
-        found = _TORCH_WORKER_ID.search(str(err))
-        worker = f"process worker {found.group(1)}" if found else "a process worker"
-        return WorkerError(f"{worker} failed while reading {what}: {describe_error(err)}")
-
-    def close(self) -> None:
-        """Drop the inner loader: torch shuts its (persistent) worker processes down."""
-        self._loader = None

@@ -13,10 +13,11 @@ PUBLIC = {
         "index_path_for", "index_tar", "read_index", "read_manifest", "write_index", "write_manifest",
     ],
     "loaders": [
-        "CenterCropDecode", "Compose", "ConfigError", "DataLoader", "DecodeImage", "DecodeLabel", "DevicePrefetcher",
-        "LoaderError", "OrderMode", "ParquetShardDataset", "RandomResizedCropDecode", "SampleError", "SampleIndex",
-        "ShardDataset", "ShardError", "ShardSampler", "SkipBudgetError", "Topology", "WorkerError", "cpus_available",
-        "default_num_workers", "sample_rng", "sample_seed", "to_device",
+        "BatchShapeError", "CenterCropDecode", "Compose", "ConfigError", "DataLoader", "DecodeImage", "DecodeLabel",
+        "DevicePrefetcher", "LoaderError", "OrderMode", "ParquetShardDataset", "RandomResizedCropDecode",
+        "SampleError", "SampleIndex", "ShardDataset", "ShardError", "ShardSampler", "SkipBudgetError", "Topology",
+        "UnsendableBatchError", "WorkerError", "WorkerLostError", "cpus_available", "default_num_workers",
+        "sample_rng", "sample_seed", "to_device",
     ],
 }
 

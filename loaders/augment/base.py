@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 import torch
 
 from loaders.errors import ConfigError
+from loaders.seeding import batch_seed
 
 __all__ = [
     "BatchOp",
@@ -65,19 +65,21 @@ class BatchOp(Protocol):
         ...
 
 
-def batch_generator(seed: int, epoch: int, batch_index: int, device: str | torch.device) -> torch.Generator:
-    """A generator on ``device`` seeded by (seed, epoch, batch_index) alone.
+def batch_generator(seed: int, epoch: int, batch_index: int, device: str | torch.device,
+                    rank: int = 0) -> torch.Generator:
+    """A generator on ``device`` seeded by (seed, epoch, batch_index, rank) alone.
 
-    The same batch position in the same epoch draws the same parameters however many
-    workers produced the batches. numpy's SeedSequence mixes the three integers into a
-    64-bit seed so that nearby keys give unrelated streams.
+    The same batch position in the same epoch on the same rank draws the same parameters
+    however many workers produced the batches; other ranks draw their own (their batch k
+    holds other samples and must not get the same crops and MixUp pairs). The seed is
+    ``loaders.seeding.batch_seed``.
     """
-    for name, value in (("seed", seed), ("epoch", epoch), ("batch_index", batch_index)):
+    for name, value in (("seed", seed), ("epoch", epoch), ("batch_index", batch_index), ("rank", rank)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"'{name}' must be a non-negative int (got {describe(value)})")
-    state = np.random.SeedSequence([seed, epoch, batch_index]).generate_state(1, np.uint64)[0]
     generator = torch.Generator(device=device)
-    generator.manual_seed(int(state))
+    # torch takes seeds below 2^63 on every device type.
+    generator.manual_seed(batch_seed(seed, epoch, batch_index, rank) >> 1)
     return generator
 
 

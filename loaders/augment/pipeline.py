@@ -95,17 +95,19 @@ class Augment:
         self._epoch = epoch
         self._next_index = start_index
 
-    def __call__(self, batch: Any, *, epoch: int | None = None, batch_index: int | None = None) -> Any:
+    def __call__(self, batch: Any, *, epoch: int | None = None, batch_index: int | None = None,
+                 rank: int = 0) -> Any:
         """Augment one batch (structure as in the class doc); returns the same structure.
 
         ``epoch`` defaults to the one set by ``set_epoch``; ``batch_index`` defaults to the
-        number of calls without an explicit index since ``set_epoch``.
+        number of calls without an explicit index since ``set_epoch``; ``rank`` is the
+        distributed rank that reads the batch (the DataLoader passes all three).
         """
         images, labels, rebuild = _unpack(batch)
         if batch_index is None:
             batch_index = self._next_index
             self._next_index += 1
-        gen = batch_generator(self.seed, self._epoch if epoch is None else epoch, batch_index, images.device)
+        gen = batch_generator(self.seed, self._epoch if epoch is None else epoch, batch_index, images.device, rank)
         out_images, out_labels = self.augment(images, labels, gen)
         return rebuild(out_images, out_labels)
 

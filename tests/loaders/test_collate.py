@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 from collections import namedtuple
 from typing import Any
 
@@ -13,19 +14,11 @@ import torch.utils.data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.collate import (
-    BatchBuilder,
-    CollateGuard,
-    Fetched,
-    PinAfter,
-    collate_outcome,
-    default_collate,
-    fetch_samples,
-    portable_error,
-    raise_failure,
-    stack_into,
-)
-from loaders.errors import SampleError, WorkerError
+from loaders.collate import default_collate, stack_into
+from loaders.errors import BatchShapeError, SampleError
+from loaders.fetch import EpochSync, Fetched, fetch_samples, portable_error
+from loaders.outcome import BatchBuilder, CollateGuard, collate_outcome, failure_error
+from loaders.pinning import PinAfter
 from tests.loaders.resume_harness import items_equal
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -68,10 +61,25 @@ def test_ints_become_int64_and_strings_stay_lists() -> None:
     assert batch["key"] == ["a", "b"]
 
 
-def test_different_shapes_raise_sample_error_naming_the_sample() -> None:
+def test_different_shapes_raise_what_torch_raises_naming_the_sample() -> None:
     samples = [np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4, 3), np.uint8), np.zeros((5, 4, 3), np.uint8)]
-    with pytest.raises(SampleError, match=r"sample 2 of the batch has shape \(5, 4, 3\)"):
+    with pytest.raises(RuntimeError):
+        torch.utils.data.default_collate(samples)
+    with pytest.raises(BatchShapeError, match=r"sample 2 of the batch has shape \(5, 4, 3\)") as info:
         default_collate(samples)
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, SampleError)
+
+
+@pytest.mark.parametrize("samples", [
+    [torch.tensor([1, 2]), torch.tensor([0.5, 1.5])],  # mixed dtypes: torch promotes
+    [np.array([1, 2], dtype=np.int32), np.array([0.5, 1.5], dtype=np.float64)],
+    [torch.ones(2, requires_grad=True), torch.zeros(2, requires_grad=True)],  # autograd inputs: no out=
+], ids=["mixed-tensors", "mixed-arrays", "requires-grad"])
+def test_accepts_what_torch_default_collate_accepts(samples: list[Any]) -> None:
+    expected = torch.utils.data.default_collate(samples)
+    got = default_collate(samples)
+    assert got.dtype == expected.dtype and torch.equal(got.detach(), expected.detach())
+    assert got.requires_grad == expected.requires_grad
 
 
 def test_string_arrays_fail_like_torch() -> None:
@@ -170,20 +178,25 @@ def test_collate_failure_and_all_skipped_batch_are_outcomes_not_exceptions() -> 
     assert empty.batch is None and empty.failure is None and empty.num_samples == 0
 
 
-def test_raise_failure_names_worker_batch_indices_and_sample_context() -> None:
-    builder = BatchBuilder(Flaky(10, {6}), default_collate, auto_collation=True, skip_errors=False)
-    outcome = builder(2, 17, [5, 6, 7])
-    with pytest.raises(WorkerError) as info:
-        raise_failure(outcome, "thread")
-    message = str(info.value)
-    assert "thread worker 2" in message and "batch 17" in message and "[5, 6, 7]" in message
-    assert "at sample 6" in message and "shard 's-000.tar', key 'k6', offset 3072" in message
-    assert isinstance(info.value.__cause__, SampleError)
+def builder(dataset: Any, collate: Any = default_collate, auto_collation: bool = True) -> BatchBuilder:
+    return BatchBuilder(dataset, collate, auto_collation, False, EpochSync(dataset))
+
+
+def test_failure_error_keeps_the_class_and_names_worker_batch_indices_and_sample() -> None:
+    outcome = builder(Flaky(10, {6}))(2, 0, 17, [5, 6, 7])
+    err = failure_error(outcome, "thread")
+    assert type(err) is SampleError
+    assert err.key == "k6" and str(err) == "bad sample 6"
+    note = err.__notes__[-1]
+    assert "thread worker 2" in note and "batch 17" in note and "[5, 6, 7]" in note
+    assert "at sample 6" in note and "shard 's-000.tar', key 'k6', offset 3072" in note
+    copy = pickle.loads(pickle.dumps(err))  # it can travel on, e.g. to a parent process
+    assert type(copy) is SampleError and copy.key == "k6" and copy.__notes__ == err.__notes__
 
 
 def test_builder_without_auto_collation_collates_the_single_sample() -> None:
-    builder = BatchBuilder(Flaky(4, set()), torch.utils.data.default_convert, auto_collation=False, skip_errors=False)
-    assert builder(0, 0, [3]).batch == 3
+    single = builder(Flaky(4, set()), torch.utils.data.default_convert, auto_collation=False)
+    assert single(0, 0, 0, [3]).batch == 3
 
 
 class Unpicklable(Exception):
@@ -191,13 +204,24 @@ class Unpicklable(Exception):
         super().__init__(f"{code}: {detail}")
 
 
+class OneField(Exception):
+    """Holds an unpicklable attribute, but can be rebuilt from a message, as torch rebuilds worker errors."""
+
+    def __init__(self, message: str, lock: Any = None) -> None:
+        super().__init__(message)
+        self.lock = lock
+
+
 def test_portable_error_keeps_context_or_falls_back_to_text() -> None:
     err = SampleError("bad", shard="a.tar", key="k", offset=7)
     restored = pickle.loads(pickle.dumps(portable_error(err)))
     assert (restored.shard, restored.key, restored.offset) == ("a.tar", "k", 7)
     assert any("raised in worker process" in note for note in restored.__notes__)
-    fallback = portable_error(Unpicklable(3, "x"))
+    fallback = portable_error(Unpicklable(3, "x"))  # its constructor wants two arguments
     assert type(fallback) is RuntimeError and "Unpicklable: 3: x" in str(fallback)
+    rebuilt = portable_error(OneField("disk full", threading.Lock()))  # pickles badly, but takes a message: its class is kept
+    assert type(rebuilt) is OneField and "disk full" in str(rebuilt)
+    assert type(pickle.loads(pickle.dumps(rebuilt))) is OneField
 
 
 def test_collate_guard_wraps_iterable_samples() -> None:

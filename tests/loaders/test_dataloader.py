@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 import logging
 import math
 import multiprocessing
@@ -20,7 +21,7 @@ from torch.utils.data import RandomSampler
 import loaders.dataloader as dataloader_mod
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.dataloader import DataLoader, OnError, WorkerType
-from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError
+from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError, WorkerLostError
 from loaders.sampler import SampleIndex, ShardSampler
 from loaders.topology import Topology
 from tests.loaders.resume_harness import check_resume, check_resume_chain, standard_stops
@@ -225,15 +226,44 @@ def test_closing_process_workers_ends_the_processes() -> None:
 @pytest.mark.parametrize("num_workers, worker_type, who", [(0, "auto", "main-thread worker 0"),
                                                          (2, "thread", "thread worker 1"),
                                                          (2, "process", "process worker 1")])
-def test_worker_exception_surfaces_as_worker_error_with_context(num_workers: int, worker_type: str, who: str) -> None:
+def test_worker_exception_keeps_its_class_and_names_worker_batch_and_sample(num_workers: int, worker_type: str,
+                                                                            who: str) -> None:
     loader = DataLoader(Numbers(bad=frozenset({7})), batch_size=2, num_workers=num_workers, worker_type=worker_type)
-    with pytest.raises(WorkerError) as info:
+    with pytest.raises(SampleError) as info:  # the dataset's own class, as torch re-raises it
         list(loader)
-    message = str(info.value)
-    assert who in message and "batch 3 (indices [6, 7])" in message and "at sample 7" in message
-    assert "shard 'train-0001.tar', key 'img7', offset 7168" in message
-    assert isinstance(info.value.__cause__, SampleError) and info.value.__cause__.key == "img7"
+    assert type(info.value) is SampleError and info.value.key == "img7" and str(info.value) == "cannot decode sample 7"
+    note = "\n".join(info.value.__notes__)
+    assert who in note and "batch 3 (indices [6, 7])" in note and "at sample 7" in note
+    assert "shard 'train-0001.tar', key 'img7', offset 7168" in note
     loader.close()
+
+
+class Picky(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Raises builtin exceptions that carry their own fields: KeyError, OSError with errno and filename."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> int:
+        if index == 3:
+            raise KeyError("label-3")
+        if index == 5:
+            raise FileNotFoundError(2, "No such file", "/data/5.jpg")
+        return index
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_builtin_exceptions_arrive_as_their_own_class(worker_type: str) -> None:
+    with DataLoader(Picky(), batch_size=2, num_workers=1, worker_type=worker_type) as loader, \
+            pytest.raises(KeyError) as info:
+        list(loader)
+    assert info.value.args == ("label-3",) and type(info.value) is KeyError
+    assert pickle.loads(pickle.dumps((type(info.value), info.value)))[0] is KeyError  # it can travel on
+    with DataLoader(Picky(), sampler=[5, 0], batch_size=2, num_workers=1, worker_type=worker_type) as loader, \
+            pytest.raises(FileNotFoundError) as missing:
+        list(loader)
+    assert (missing.value.errno, missing.value.filename) == (2, "/data/5.jpg")
+    assert "batch 0 (indices [5, 0]) at sample 5" in "\n".join(missing.value.__notes__)
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -242,8 +272,10 @@ def test_hanging_getitem_times_out(worker_type: str) -> None:
     dataset = Numbers(hang=frozenset({4}), hang_s=2.5 if worker_type == "process" else 30.0)
     loader = DataLoader(dataset, batch_size=2, num_workers=2, worker_type=worker_type, timeout=0.5,
                         persistent_workers=False)
-    with pytest.raises(WorkerError, match=r"produced nothing for 0\.5 s while reading batch 2 \(indices \[4, 5\]\)"):
+    with pytest.raises(WorkerLostError, match=r"DataLoader timed out after 0\.5 seconds: .* produced nothing while "
+                                              r"reading batch 2 \(indices \[4, 5\]\)") as info:
         list(loader)
+    assert isinstance(info.value, RuntimeError)  # what torch raises on a timeout
     dataset.release.set()  # let a stuck thread finish so it can exit
     loader.close()
     for thread in loader_threads():
@@ -258,9 +290,11 @@ class Crash(Numbers):
         return super().__getitem__(index)
 
 
-def test_a_dead_worker_process_is_reported() -> None:
+def test_a_dead_worker_process_is_reported_with_the_batch_it_was_reading() -> None:
     loader = DataLoader(Crash(releases_gil=False), batch_size=2, num_workers=2, persistent_workers=False)
-    with pytest.raises(WorkerError, match=r"failed while reading batch \d+ .*exited unexpectedly"):
+    # Sample 5 is in batch 2, which worker 0 reads (batches go round-robin), while batch 0 is long done.
+    with pytest.raises(WorkerError, match=r"process worker 0 failed while reading batch 2 \(indices \[4, 5\]\): "
+                                          r".*exited unexpectedly"):
         list(loader)
     loader.close()
 
@@ -291,13 +325,13 @@ def test_skip_drops_failing_samples_and_counts_them(num_workers: int, worker_typ
                                                      caplog: pytest.LogCaptureFixture) -> None:
     loader = DataLoader(Numbers(10, bad=frozenset({2, 3, 8})), batch_size=2, num_workers=num_workers,
                         worker_type=worker_type, on_error="skip", max_skips=3)
-    with caplog.at_level(logging.WARNING, logger="loaders.dataloader"):
+    with caplog.at_level(logging.WARNING, logger="loaders.failures"):
         it = iter(loader)
         got = [next(it)["y"].tolist(), next(it)["y"].tolist()]
         state = loader.state_dict()
         got += labels(it)
     assert got == [[0, 1], [4, 5], [6, 7], [9]]  # batch [2, 3] vanished entirely
-    assert state["skipped"] == 2 and state["batches_consumed"] == 3
+    assert state["failures"]["skipped"] == 2 and state["position"] == 3
     assert "key 'img8'" in caplog.text
     loader.close()
 
@@ -320,16 +354,22 @@ def test_fractional_skip_budget_is_a_share_of_the_epoch() -> None:
 # ---------------------------------------------------------------- epochs and resume
 
 
-def test_epochs_count_iterations_and_set_epoch_forwards() -> None:
+def test_epochs_count_passes_a_probe_does_not_and_the_dataset_gets_each_epoch_as_it_is_read() -> None:
     dataset = Numbers()
     loader = DataLoader(dataset, batch_size=5, num_workers=0)
     list(loader)
     assert loader.epoch == 1
-    next(iter(loader))  # abandoned: still an epoch
-    list(loader)
+    next(iter(loader))  # a probe: epoch 1 starts over
+    assert loader.epoch == 1
+    it = iter(loader)
+    next(it), next(it)
+    del it  # abandoned part-way: it counts as an epoch
+    assert labels(loader) == labels(DataLoader(Numbers(), batch_size=5, num_workers=0))
     assert loader.epoch == 3 and dataset.epochs == [0, 1, 2]
     loader.set_epoch(7)
-    assert loader.epoch == 7 and dataset.epochs[-1] == 7
+    assert loader.epoch == 7 and dataset.epochs[-1] == 2  # told with the first sample it reads
+    next(iter(loader))
+    assert dataset.epochs[-1] == 7
 
 
 def make_factory(**kwargs: Any) -> Callable[[], DataLoader[Any]]:
@@ -393,7 +433,7 @@ def test_resume_out_of_order_thread_delivery_loses_and_repeats_nothing() -> None
 
     # A batch received ahead of the prefix is not read again.
     loader = make_factory(num_workers=0, shuffle=False)()
-    loader.load_state_dict({**loader.state_dict(), "batches_consumed": 1, "batches_ahead": [3]})
+    loader.load_state_dict({**loader.state_dict(), "position": 1, "ahead": [3]})
     in_order = labels(make_factory(num_workers=0, shuffle=False)())
     assert labels(loader) == [in_order[1], in_order[2], *in_order[4:]]
 
@@ -415,7 +455,7 @@ def test_implicit_seed_is_taken_from_the_state() -> None:
         ({"dataset_len": 99}, "'dataset_len': expected 23 .* got 99"),
         ({"batch_size": 4}, "'batch_size': expected 3 .* got 4"),
         ({"seed": 12}, "'seed': expected 11 .* got 12"),
-        ({"version": 2}, "version: expected 1, got 2"),
+        ({"version": 1}, "version: expected 2, got 1"),
     ],
 )
 def test_state_from_another_setup_is_refused(change: dict[str, Any], message: str) -> None:
@@ -427,15 +467,15 @@ def test_state_from_another_setup_is_refused(change: dict[str, Any], message: st
 def test_malformed_state_and_non_replayable_orders_are_refused() -> None:
     loader = make_factory(num_workers=0)()
     with pytest.raises(ConfigError, match="lacks 'epoch'"):
-        loader.load_state_dict({"version": 1})
+        loader.load_state_dict({"version": 2})
     random_order = DataLoader(Numbers(), sampler=RandomSampler(range(SIZE)), batch_size=3, num_workers=0)
-    state = {**random_order.state_dict(), "batches_consumed": 2}
+    state = {**random_order.state_dict(), "position": 2}
     with pytest.raises(ConfigError, match="cannot resume mid-epoch with RandomSampler"):
         random_order.load_state_dict(state)
-    random_order.load_state_dict({**state, "batches_consumed": 0})  # an epoch boundary is fine
+    random_order.load_state_dict({**state, "position": 0})  # an epoch boundary is fine
     stream = DataLoader(Stream(), num_workers=0)
     with pytest.raises(ConfigError, match="cannot resume an IterableDataset mid-epoch"):
-        stream.load_state_dict({**stream.state_dict(), "batches_consumed": 1})
+        stream.load_state_dict({**stream.state_dict(), "position": 1})
 
 
 def test_skip_count_is_kept_in_the_state() -> None:
@@ -447,7 +487,7 @@ def test_skip_count_is_kept_in_the_state() -> None:
     for _ in range(4):
         next(it)
     state = loader.state_dict()
-    assert state["skipped"] == 2
+    assert state["failures"]["skipped"] == 2
     resumed = make({1, 10, 20})
     resumed.load_state_dict(state)
     assert resumed.skipped == 2
@@ -546,7 +586,7 @@ def test_a_set_epoch_without_start_index_gets_the_epoch_and_a_warning_on_resume(
     list(loader)
     list(loader)
     assert transform.epochs == [0, 1]
-    state = {**loader.state_dict(), "epoch": 1, "batches_consumed": 2}
+    state = {**loader.state_dict(), "epoch": 1, "position": 2}
     loader.load_state_dict(state)
     with pytest.warns(UserWarning, match="takes no 'start_index': resumed at batch 2 of epoch 1"):
         assert len(labels(loader)) == EPOCH_LEN - 2
@@ -594,3 +634,22 @@ def test_device_prefetch_depth_is_configurable_and_validated() -> None:
     iterator.close()
     with pytest.raises(ConfigError, match="device_prefetch"):
         DataLoader(Pictures(), device="cpu", device_prefetch=-1)
+
+
+@pytest.mark.parametrize("options", [{"num_workers": 0}, {"num_workers": 2, "worker_type": "thread"},
+                                     {"num_workers": 2, "worker_type": "process"},
+                                     {"num_workers": 0, "device": "cpu"}])
+def test_a_failed_batch_raises_in_its_turn_and_the_pass_goes_on(options: dict[str, Any]) -> None:
+    """As torch's iterator: each next() of a failed batch raises, later batches still come."""
+    with DataLoader(Numbers(10, bad=frozenset({3, 8})), batch_size=2, **options) as loader:
+        iterator = iter(loader)
+        got: list[Any] = []
+        for _ in range(len(loader)):
+            try:
+                got.append(next(iterator)["y"].tolist())
+            except SampleError as err:
+                got.append(err.key)
+        with pytest.raises(StopIteration):
+            next(iterator)
+    assert got == [[0, 1], "img3", [4, 5], [6, 7], "img8"]
+    assert loader.epoch == 1

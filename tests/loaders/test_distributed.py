@@ -36,13 +36,17 @@ CASES: dict[str, tuple[int, int, bool, int, int]] = {
     "odd-drop-last": (23, 5, True, 0, 1),  # 11 per rank -> 2 full batches
     "even-short-batch": (20, 4, False, 0, 1),  # 10 per rank = 4 + 4 + 2
     "even": (24, 4, False, 2, 1),  # divides world_size * batch_size evenly
+    "no-seed": (24, 4, False, 0, 2),  # seed=None while each rank seeded torch differently
 }
+UNSEEDED = {"no-seed"}
+TORCH_SEED_BASE = 1000  # each rank's script calls torch.manual_seed(TORCH_SEED_BASE + rank)
 
 
 # ---------------------------------------------------------------- the rank's program
 
 
-def _run_case(path: Path, batch_size: int, drop_last: bool, num_workers: int, epochs: int) -> dict[str, Any]:
+def _run_case(path: Path, batch_size: int, drop_last: bool, num_workers: int, epochs: int,
+              seed: int | None) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -51,7 +55,7 @@ def _run_case(path: Path, batch_size: int, drop_last: bool, num_workers: int, ep
     topology = Topology.detect()
     dataset = ShardDataset(path, fields=("cls",), topology=topology)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                        worker_type="thread", drop_last=drop_last, seed=SEED)
+                        worker_type="thread", drop_last=drop_last, seed=seed)
     epochs_seen: list[list[list[int]]] = []
     reduced: list[float] = []
     with loader:
@@ -71,11 +75,15 @@ def _run_case(path: Path, batch_size: int, drop_last: bool, num_workers: int, ep
 def _worker(rank: int, port: int, spec_file: Path, out_file: Path) -> None:
     import torch.distributed as dist
 
+    import torch
+
     spec = json.loads(spec_file.read_text())
+    torch.manual_seed(TORCH_SEED_BASE + rank)  # a common script line: ranks seed differently
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
                             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
-        results = {name: _run_case(Path(spec["paths"][name]), *CASES[name][1:]) for name in CASES}
+        results = {name: _run_case(Path(spec["paths"][name]), *CASES[name][1:], None if name in UNSEEDED else SEED)
+                   for name in CASES}
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -209,12 +217,25 @@ def test_order_does_not_depend_on_num_workers(ranks: list[dict[str, Any]]) -> No
         assert result["odd"]["epochs"] == result["odd-threads"]["epochs"]
 
 
-def test_epochs_are_reshuffled_alike_on_every_rank(ranks: list[dict[str, Any]]) -> None:
-    for result in ranks:
-        first, second = result["odd"]["epochs"]
-        assert _flat(first) != _flat(second)
-    # Both ranks draw the same permutation per epoch, so the union stays complete (checked
-    # above for every epoch) rather than each rank shuffling on its own.
+def test_every_rank_deals_its_share_of_the_same_epoch_permutation(ranks: list[dict[str, Any]]) -> None:
+    from loaders.order import epoch_order, rank_indices
+
+    num_samples = CASES["odd"][0]
+    for epoch in range(CASES["odd"][4]):
+        order = epoch_order(num_samples, seed=SEED, epoch=epoch)
+        for rank, result in enumerate(ranks):
+            share = rank_indices(order, rank=rank, world_size=WORLD_SIZE, drop_last=False).tolist()
+            assert _flat(result["odd"]["epochs"][epoch]) == share
+    assert _flat(ranks[0]["odd"]["epochs"][0]) != _flat(ranks[0]["odd"]["epochs"][1])  # reshuffled each epoch
+
+
+def test_ranks_never_overlap_without_a_seed_though_each_seeded_torch_differently(
+        ranks: list[dict[str, Any]]) -> None:
+    num_samples, epochs = CASES["no-seed"][0], CASES["no-seed"][4]
+    for epoch in range(epochs):
+        seen = [_flat(result["no-seed"]["epochs"][epoch]) for result in ranks]
+        assert not set(seen[0]) & set(seen[1])
+        assert sorted(seen[0] + seen[1]) == list(range(num_samples))
 
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":

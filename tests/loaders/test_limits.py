@@ -13,7 +13,8 @@ import torch
 
 from loaders import limits
 from loaders.errors import ConfigError
-from loaders.limits import THREAD_ENV_VARS, WorkerInit, limit_threads, seed_worker, seeded_for, worker_seed
+from loaders.limits import THREAD_ENV_VARS, WorkerInit, limit_threads
+from loaders.seeding import seed_worker, seeded_for, worker_seed
 
 
 @pytest.fixture
@@ -65,10 +66,12 @@ def test_limit_threads_rejects_non_positive_ints(bad: object) -> None:
         limit_threads(bad)  # type: ignore[arg-type]
 
 
-def test_worker_seeds_differ_per_worker_and_epoch_and_are_pure() -> None:
-    seeds = {(epoch, worker): worker_seed(7, epoch, worker) for epoch in range(4) for worker in range(8)}
+def test_worker_seeds_differ_per_worker_epoch_and_rank_and_are_pure() -> None:
+    seeds = {(epoch, worker, rank): worker_seed(7, epoch, worker, rank)
+             for epoch in range(4) for worker in range(8) for rank in range(3)}
     assert len(set(seeds.values())) == len(seeds)
-    assert worker_seed(7, 2, 3) == seeds[(2, 3)]
+    assert worker_seed(7, 2, 3) == seeds[(2, 3, 0)] and worker_seed(7, 2, 3, 1) == seeds[(2, 3, 1)]
+    seeds = {key[:2]: value for key, value in seeds.items() if key[2] == 0}
     assert worker_seed(8, 2, 3) != seeds[(2, 3)]
     assert all(0 <= s < 2**64 for s in seeds.values())
 
@@ -79,7 +82,7 @@ def test_seed_worker_seeds_random_numpy_and_torch(restore_rngs: None) -> None:
 
     seed_worker(3, 1, 0)
     first = draws()
-    assert seeded_for() == (3, 1, 0)
+    assert seeded_for() == (3, 1, 0, 0)
     seed_worker(3, 1, 0)
     assert draws() == first
     seed_worker(3, 1, 1)
@@ -99,7 +102,7 @@ def test_worker_init_limits_then_seeds_then_calls_user_fn(
         restore_threads: None, restore_rngs: None, monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[str] = []
     monkeypatch.setattr(limits, "limit_threads", lambda n: order.append(f"limit {n}"))
-    monkeypatch.setattr(limits, "seed_worker", lambda s, e, w: order.append(f"seed {s} {e} {w}"))
-    init = WorkerInit(seed=5, threads_per_worker=2, user_fn=lambda w: order.append(f"user {w}"), epoch=3)
+    monkeypatch.setattr(limits, "seed_worker", lambda s, e, w, r: order.append(f"seed {s} {e} {w} {r}"))
+    init = WorkerInit(seed=5, threads_per_worker=2, user_fn=lambda w: order.append(f"user {w}"), epoch=3, rank=4)
     init(1)
-    assert order == ["limit 2", "seed 5 3 1", "user 1"]
+    assert order == ["limit 2", "seed 5 3 1 4", "user 1"]

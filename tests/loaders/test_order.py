@@ -18,21 +18,12 @@ from loaders.order import (
     sample_rng,
     sample_seed,
     samples_per_rank,
-    worker_batches,
 )
 from tests.loaders import strategies as sfst
 
 
 def _order(case: sfst.SplitCase) -> np.ndarray:
     return epoch_order(case.num_samples, seed=case.seed, epoch=case.epoch, mode=case.mode, block_size=case.block_size)
-
-
-def _round_robin(parts: list[list[np.ndarray]]) -> np.ndarray:
-    """What a DataLoader yields when it takes one batch from each worker in turn."""
-    merged: list[np.ndarray] = []
-    for turn in range(max((len(p) for p in parts), default=0)):
-        merged.extend(p[turn] for p in parts if turn < len(p))
-    return np.concatenate(merged) if merged else np.empty(0, dtype=np.int64)
 
 
 # --- epoch_order -----------------------------------------------------------------------
@@ -118,11 +109,11 @@ def test_epoch_order_rejects_bad_arguments(kwargs: dict[str, object], fragment: 
     assert isinstance(info.value, ValueError)
 
 
-# --- rank x worker split -----------------------------------------------------------------
+# --- rank split -----------------------------------------------------------------
 
 @settings(max_examples=300)
 @given(case=sfst.split_cases())
-def test_rank_worker_split_is_disjoint_and_complete(case: sfst.SplitCase) -> None:
+def test_rank_split_is_disjoint_and_complete(case: sfst.SplitCase) -> None:
     n, ws = case.num_samples, case.world_size
     order = _order(case)
     per_rank = samples_per_rank(n, ws, case.drop_last)
@@ -134,12 +125,9 @@ def test_rank_worker_split_is_disjoint_and_complete(case: sfst.SplitCase) -> Non
     for rank in range(ws):
         mine = rank_indices(order, rank=rank, world_size=ws, drop_last=case.drop_last)
         assert mine.dtype == np.int64 and mine.shape == (per_rank,)  # equal counts per rank
-        nb = num_batches(per_rank, case.batch_size, drop_last=False)
-        for worker in range(case.num_workers):
-            for b in worker_batches(nb, worker_id=worker, num_workers=case.num_workers):
-                for k in range(b * case.batch_size, min((b + 1) * case.batch_size, per_rank)):
-                    seen_positions.append(rank + k * ws)  # interleaved, like DistributedSampler
-                    values.append(int(mine[k]))
+        for k in range(per_rank):
+            seen_positions.append(rank + k * ws)  # interleaved, like DistributedSampler
+            values.append(int(mine[k]))
     # Disjoint and complete over positions of the padded/trimmed order.
     assert sorted(seen_positions) == list(range(total))
     assert all(padded[p] == v for p, v in zip(seen_positions, values, strict=True))
@@ -165,19 +153,6 @@ def test_rank_indices_match_torch_distributed_sampler(n: int, ws: int, drop_last
         assert len(mine) == len(ref)
 
 
-@given(case=sfst.split_cases())
-def test_rank_sequence_is_independent_of_num_workers(case: sfst.SplitCase) -> None:
-    order = _order(case)
-    mine = rank_indices(order, rank=case.world_size - 1, world_size=case.world_size, drop_last=case.drop_last)
-    bs = case.batch_size
-    nb = num_batches(mine.size, bs, drop_last=False)
-    batches = [mine[b * bs:(b + 1) * bs] for b in range(nb)]
-    for num_workers in (1, case.num_workers):
-        parts = [[batches[b] for b in worker_batches(nb, worker_id=w, num_workers=num_workers)]
-                 for w in range(num_workers)]
-        assert np.array_equal(_round_robin(parts), mine)
-
-
 @given(n=sfst.num_samples, bs=sfst.batch_sizes, drop_last=st.booleans())
 def test_num_batches_matches_torch_batch_sampler(n: int, bs: int, drop_last: bool) -> None:
     ref = torch.utils.data.BatchSampler(range(n), batch_size=bs, drop_last=drop_last)
@@ -196,7 +171,6 @@ def test_empty_dataset() -> None:
     assert order.shape == (0,) and order.dtype == np.int64
     assert rank_indices(order, rank=1, world_size=2, drop_last=False).size == 0
     assert num_batches(0, 4, drop_last=False) == 0
-    assert list(worker_batches(0, worker_id=0, num_workers=2)) == []
 
 
 def test_split_rejects_bad_arguments() -> None:
@@ -207,8 +181,6 @@ def test_split_rejects_bad_arguments() -> None:
         rank_indices(order, rank=0, world_size=0, drop_last=False)
     with pytest.raises(ConfigError, match="1-D integer array"):
         rank_indices(order.reshape(2, 2), rank=0, world_size=1, drop_last=False)
-    with pytest.raises(ConfigError, match=r"'worker_id' must be < num_workers=2 \(got 3\)"):
-        worker_batches(5, worker_id=3, num_workers=2)
     with pytest.raises(ConfigError, match="'batch_size' must be a positive int"):
         num_batches(5, 0, drop_last=False)
 

@@ -112,12 +112,17 @@ def test_batch_position_counts_calls_since_set_epoch() -> None:
         aug.set_epoch(0, start_index=-1)
 
 
-def test_output_does_not_depend_on_the_order_batches_arrive_in() -> None:
-    """Keyed by position, not by call order: what more workers (reordered arrival) would do."""
+def test_one_instance_gives_the_same_output_whatever_order_batches_arrive_in() -> None:
+    """One Augment, as the prefetcher holds it: calls in another order (more workers, skips) change nothing."""
     batches = [uint8_images(seed=k) for k in range(4)]
-    in_order = [standard()(b, batch_index=k) for k, b in enumerate(batches)]
-    shuffled = {k: standard()(batches[k], batch_index=k) for k in (2, 0, 3, 1)}
+    aug = standard()
+    aug.set_epoch(2)
+    in_order = [aug(b, epoch=2, batch_index=k) for k, b in enumerate(batches)]
+    aug.set_epoch(5)  # its own counter and epoch moved on: explicit keys must win
+    aug(batches[0])
+    shuffled = {k: aug(batches[k], epoch=2, batch_index=k) for k in (2, 0, 3, 1)}
     assert all(torch.equal(in_order[k], shuffled[k]) for k in range(4))
+    assert not torch.equal(aug(batches[0], epoch=2, batch_index=0, rank=1), in_order[0])  # ranks differ
 
 
 def test_dict_batch_keeps_other_keys_and_mixes_labels() -> None:

@@ -1,0 +1,333 @@
+"""The workers stage in worker processes: torch's own, behind the ``run(jobs, epoch)`` of the thread pool.
+
+One inner torch DataLoader (multiprocessing is torch's) whose batch sampler is fed the
+jobs lazily, so persistent workers serve every epoch and an infinite sampler is never
+listed. What travels into the processes, and why:
+
+- ``GuardedDataset`` (map-style): reads a job's samples with failures set aside, hands
+  the job's epoch to the dataset's ``set_epoch`` and re-seeds at each epoch's first
+  batch (the epoch travels with each job, so persistent workers see every epoch), and
+  notes in shared memory which batch each worker is reading, so a worker that dies is
+  reported with the batch it had in hand;
+- ``EpochStream`` (iterable): reads the epoch from shared memory when a worker starts
+  the stream, for ``set_epoch``;
+- ``loaders.outcome.CollateGuard`` and ``loaders.limits.WorkerInit``: collation into
+  outcomes; thread limits and seeds.
+
+Processes end when the iterator or loader closes, is garbage collected, or the
+interpreter exits (``close`` shuts torch's workers down explicitly; an exit hook closes
+what is left), also after errors and timeouts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import re
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch.utils.data
+
+# Bound at import: a user may install loaders.DataLoader as torch.utils.data.DataLoader,
+# and the inner loader must stay torch's own (looked up at call time it would recurse).
+from torch.utils.data.dataloader import DataLoader as _TorchDataLoader
+
+from loaders.errors import UnsendableBatchError, WorkerError, WorkerLostError
+from loaders.fetch import EpochSync, Fetched, describe_batch, describe_error, fetch_samples, portable_error
+from loaders.limits import WorkerInit
+from loaders.outcome import BatchOutcome, CollateGuard
+from loaders.plan import Job
+from loaders.seeding import seed_worker, seeded_for
+
+__all__ = ["EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
+
+_LIVE: weakref.WeakSet[ProcessWorkers] = weakref.WeakSet()
+# In a forked child (a worker, a test's subprocess): the parent's ProcessWorkers, kept
+# alive so that no finaliser there tells the parent's workers (through their shared done
+# event) to stop.
+_INHERITED: list[ProcessWorkers] = []
+
+
+def _adopt_inherited() -> None:
+    _INHERITED.extend(_LIVE)
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_adopt_inherited)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    # Runs before multiprocessing's own exit hook (registered earlier, run later): torch's
+    # workers get their orderly shutdown rather than being left to the interpreter.
+    for workers in list(_LIVE):
+        workers.close()
+
+
+class IndexBatch(list):  # type: ignore[type-arg]
+    """A batch of sampler indices sent to a worker process, tagged with its epoch and position."""
+
+    def __init__(self, indices: Sequence[Any], *, epoch: int, position: int) -> None:
+        super().__init__(indices)
+        self.epoch = epoch
+        self.position = position
+
+
+class _Forwarding:
+    """Reads and writes of attributes other than ``_OWN`` go to the wrapped ``dataset``.
+
+    So ``get_worker_info().dataset.x = ...`` in a worker_init_fn still reaches the user's dataset.
+    """
+
+    _OWN: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self)._OWN or name.startswith("__"):
+            raise AttributeError(name)  # not set yet (while unpickling): never recurse into `dataset`
+        return getattr(self.dataset, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.dataset, name, value)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
+class GuardedDataset(_Forwarding, torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A map-style dataset as seen inside worker processes: failures caught, epochs and seeds per job.
+
+    ``__getitems__(IndexBatch)`` returns a ``Fetched`` (not a list) that ``CollateGuard``
+    turns into a BatchOutcome. in_flight: shared int64 [2 * num_workers], per worker
+    (pid, position of the batch it is reading), or None.
+    """
+
+    _OWN = frozenset({"dataset", "skip_errors", "seed", "rank", "in_flight", "sync_epoch"})
+
+    def __init__(self, dataset: Any, *, skip_errors: bool, seed: int, rank: int = 0, in_flight: Any = None) -> None:
+        for name, value in (("dataset", dataset), ("skip_errors", skip_errors), ("seed", seed), ("rank", rank),
+                            ("in_flight", in_flight), ("sync_epoch", EpochSync(dataset))):
+            object.__setattr__(self, name, value)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, batch: IndexBatch) -> Fetched:  # type: ignore[override]
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            if self.in_flight is not None:
+                self.in_flight[2 * info.id], self.in_flight[2 * info.id + 1] = os.getpid(), batch.position
+            if seeded_for() != (self.seed, batch.epoch, info.id, self.rank):
+                # Persistent workers live across epochs: re-seed at each epoch's first batch.
+                seed_worker(self.seed, batch.epoch, info.id, self.rank)
+        try:
+            self.sync_epoch(batch.epoch)
+        except Exception as err:
+            fetched = Fetched(batch.position, list(batch), [], failure=err)
+        else:
+            fetched = fetch_samples(self.dataset, batch, position=batch.position, skip_errors=self.skip_errors)
+        fetched.epoch = batch.epoch
+        if fetched.failure is not None:
+            fetched.failure = portable_error(fetched.failure)
+        return fetched
+
+
+class EpochStream(_Forwarding, torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """An iterable dataset as seen inside worker processes: ``set_epoch(epoch)`` before each stream.
+
+    epoch: a shared int64, written by the loader before each epoch, read by each worker
+    (persistent ones too) when it starts the epoch's stream.
+    """
+
+    _OWN = frozenset({"dataset", "epoch"})
+
+    def __init__(self, dataset: Any, epoch: Any) -> None:
+        object.__setattr__(self, "dataset", dataset)
+        object.__setattr__(self, "epoch", epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(int(self.epoch.value))
+        return iter(self.dataset)
+
+
+class _Feeder:
+    """batch_sampler of the inner torch loader: this epoch's jobs, pulled lazily, remembered until built."""
+
+    def __init__(self) -> None:
+        self.jobs: Iterable[Job] = ()
+        self.waiting: dict[int, Any] = {}  # position -> indices, handed to the workers, not yet back
+
+    def __iter__(self) -> Iterator[IndexBatch]:
+        for job in self.jobs:
+            self.waiting[job.position] = job.indices
+            yield IndexBatch(job.indices, epoch=job.epoch, position=job.position)
+
+
+_PIDS = re.compile(r"pid\(s\) ([\d, ]+)")
+_TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
+
+
+class ProcessWorkers:
+    """Torch's worker processes behind the ``run()`` interface of ThreadWorkers.
+
+    dataset: map-style (wrapped in GuardedDataset, fed jobs) or iterable (read as torch
+    does, with ``get_worker_info()`` sharding; wrapped in EpochStream). collate: the batch
+    collate_fn, run in the workers. stock: torch DataLoader keyword arguments
+    (num_workers, pin_memory, timeout, prefetch_factor, persistent_workers,
+    multiprocessing_context, generator, pin_memory_device, in_order; batch_size and
+    drop_last for iterable datasets). fallback: builds a batch in this process when the
+    workers' batch cannot be pickled (for loaders whose user did not ask for workers);
+    None: that batch fails. Constructing starts nothing.
+    """
+
+    def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
+                 skip_errors: bool, fallback: Callable[[int, int, int, Any], BatchOutcome] | None = None) -> None:
+        self._fallback = fallback
+        self._warned_fallback = False
+        self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
+        self._feeder = _Feeder()
+        self._init = init
+        self._timeout_s = float(stock.get("timeout", 0))
+        kwargs = dict(stock)
+        num_workers = int(kwargs.get("num_workers", 0))
+        if num_workers == 0:
+            kwargs.update(prefetch_factor=None, persistent_workers=False)
+        else:
+            kwargs["worker_init_fn"] = init
+        context = kwargs.get("multiprocessing_context") or multiprocessing.get_context()
+        if isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        self._in_flight = context.RawArray("q", 2 * num_workers) if num_workers else None
+        self._epoch = context.RawValue("q", 0)
+        if self._map_style:
+            dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed, rank=init.rank,
+                                     in_flight=self._in_flight)
+            kwargs.update(batch_sampler=self._feeder, batch_size=1, drop_last=False)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            # Only then: a wrapper would hide a DataPipe graph from torch's seeding and sharding.
+            dataset = EpochStream(dataset, self._epoch)
+        self._loader: _TorchDataLoader[Any] | None = _TorchDataLoader(dataset, collate_fn=collate, **kwargs)
+        self._iterator: Any = None
+        self._owner_pid = os.getpid()  # a forked child inherits this object, not the processes
+        _LIVE.add(self)
+
+    @property
+    def handles(self) -> list[Any]:
+        """The worker processes of the current pass (empty before the first and after close)."""
+        return list(getattr(self._iterator, "_workers", ()))
+
+    def run(self, jobs: Iterable[Job] | None, epoch: int) -> Iterator[BatchOutcome]:
+        """Yield the outcomes of ``jobs`` (None: an iterable dataset's whole epoch)."""
+        if self._loader is None:
+            raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
+        self._init.epoch = epoch
+        self._epoch.value = epoch
+        self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
+        return self._outcomes(iter(self._loader))
+
+    def _outcomes(self, iterator: Any) -> Iterator[BatchOutcome]:
+        # An abandoned pass leaves its processes to close(), which the DataLoader calls.
+        self._iterator = iterator
+        while True:
+            try:
+                outcome = next(iterator)
+            except StopIteration:
+                return
+            except Exception as err:  # torch re-raised a worker's exception, a timeout or a dead worker
+                wrapped = self._wrap(err)
+                if wrapped is err:
+                    raise
+                raise wrapped from err
+            indices = self._feeder.waiting.pop(outcome.position, None)
+            if isinstance(outcome.failure, UnsendableBatchError) and self._fallback is not None:
+                outcome = self._build_here(outcome, indices)
+            yield outcome
+
+    def _build_here(self, outcome: BatchOutcome, indices: Any) -> BatchOutcome:
+        """The batch again, built in this process: its type cannot travel from the workers."""
+        if not self._warned_fallback:
+            self._warned_fallback = True
+            warnings.warn(f"{outcome.failure} -- reading in the main process instead (num_workers was not given); "
+                          "pass num_workers=0 to skip the worker processes", stacklevel=4)
+        return self._fallback(0, outcome.epoch, outcome.position, indices if indices is not None else outcome.indices)
+
+    def _wrap(self, err: Exception) -> Exception:
+        """A dead worker or a timeout: WorkerError naming the batch in flight; else the error itself."""
+        waiting = self._feeder.waiting
+        text = str(err)
+        if "timed out" in text:
+            position = min(waiting, default=-1)
+            what = describe_batch(position, waiting.get(position, []))
+            return WorkerLostError(f"DataLoader timed out after {self._timeout_s:g} seconds: process workers produced "
+                                   f"nothing while reading {what}; raise 'timeout' if samples are this slow, else "
+                                   "look for a hang in the dataset")
+        if "exited unexpectedly" in text:
+            worker, position = self._dead_worker(text)
+            what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
+            return WorkerLostError(f"process worker {worker} failed while reading {what}: {describe_error(err)}")
+        found = _TORCH_WORKER_ID.search(text)
+        err.add_note(f"raised in process worker {found.group(1) if found else '?'}")
+        return err
+
+    def _dead_worker(self, text: str) -> tuple[str, int]:
+        """(worker id, position it was reading) of a worker whose pid torch names as dead."""
+        found = _PIDS.search(text)
+        pids = {int(p) for p in found.group(1).replace(" ", "").split(",") if p} if found else set()
+        slots = self._in_flight
+        if slots is not None:
+            for worker_id in range(len(slots) // 2):
+                if slots[2 * worker_id] in pids:
+                    return str(worker_id), int(slots[2 * worker_id + 1])
+        return "?", min(self._feeder.waiting, default=-1)
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stop torch's worker processes (persistent ones included) and drop the inner loader.
+
+        wait: shut them down in order and join them (torch's shutdown). Without it (from a
+        finaliser, where a join could stall whatever the garbage collector interrupted)
+        they are only told to stop, and exit on their own.
+        """
+        _LIVE.discard(self)
+        loader, self._loader = self._loader, None
+        iterator, self._iterator = self._iterator, None
+        if os.getpid() != self._owner_pid:  # a copy in a forked child: the workers are the parent's
+            _INHERITED.append(self)
+            self._loader, self._iterator = loader, iterator
+            return
+        for it in (iterator, getattr(loader, "_iterator", None)):
+            _shutdown(it) if wait else _tell_to_stop(it)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_loader"):
+            self.close(wait=False)
+
+
+def _tell_to_stop(iterator: Any) -> None:
+    """End a torch iterator's workers without waiting for them (from a finaliser).
+
+    Torch's own finaliser would join each worker for up to 5 s; from inside a garbage
+    collection that join can stall, so the workers are signalled and terminated first
+    (what torch's shutdown does to a worker that does not leave in time).
+    """
+    done = getattr(iterator, "_workers_done_event", None)
+    if done is None or getattr(iterator, "_shutdown", True):
+        return
+    done.set()
+    for worker in getattr(iterator, "_workers", ()):
+        if worker.is_alive():
+            worker.terminate()
+
+
+def _shutdown(iterator: Any) -> None:
+    """Stop a torch iterator's worker processes now (torch would at garbage collection)."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
