@@ -24,6 +24,7 @@ import torch
 
 from loaders.errors import ConfigError
 from loaders.seeding import seed_worker
+from loaders.worker_info import show_user_dataset
 
 __all__ = ["THREAD_ENV_VARS", "WorkerInit", "limit_threads"]
 
@@ -97,5 +98,6 @@ class WorkerInit:
     def __call__(self, worker_id: int) -> None:
         limit_threads(self.threads_per_worker)
         seed_worker(self.seed, self.epoch, worker_id, self.rank)
+        show_user_dataset()
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -84,6 +84,7 @@ class _Forwarding:
     """
 
     _OWN: frozenset[str] = frozenset()
+    wraps_user_dataset = True  # loaders.worker_info.WRAPPER_FLAG: get_worker_info() shows ``dataset``
 
     def __getattr__(self, name: str) -> Any:
         if name in type(self)._OWN or name.startswith("__"):

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from loaders.errors import ConfigError
+from loaders.worker_info import record_seed
 
 __all__ = [
     "DOMAIN_BATCH",
@@ -121,6 +122,7 @@ def seed_worker(seed: int, epoch: int, worker_id: int, rank: int = 0) -> int:
     np.random.seed([derived & 0xFFFF_FFFF, derived >> 32])
     # 63 bits for torch: torch.initial_seed() then fits an int64 tensor, as torch's worker seeds do.
     torch.manual_seed(derived >> 1)
+    record_seed(derived >> 1)  # get_worker_info().seed: the seed in use, as torch promises
     return derived
 
 

@@ -1,4 +1,4 @@
-"""Drop-in use: installed globally, child interpreters that must exit cleanly (issue 11, behaviours 11 and 12)."""
+"""Drop-in use: installed globally, child interpreters that must exit cleanly (issue 11, behaviours 11 and 12), torch's worker info."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
+import torch.utils.data
+
+from loaders import DataLoader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,3 +171,49 @@ def test_worker_processes_end_with_their_iterator_or_loader(persistent: bool) ->
         assert all(p.is_alive() for p in processes)  # kept for the next epoch...
         del loader  # ...until the loader goes
     assert _gone(processes)
+
+
+class SeedReport(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        return info.seed, torch.initial_seed()
+
+
+class Shardable(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        return iter(range(info.id, 6, info.num_workers))  # the usual per-worker split
+
+
+def mark_dataset_copy(worker_id: int) -> None:
+    info = torch.utils.data.get_worker_info()
+    assert isinstance(info.dataset, (SeedReport, Shardable)), type(info.dataset)
+    info.dataset.marked_by = worker_id
+
+
+def test_worker_info_shows_the_users_dataset_copy() -> None:
+    """torch's worker_init_fn idiom: get_worker_info().dataset is this worker's copy of the user's dataset."""
+    dataset = SeedReport()
+    loader = DataLoader(dataset, batch_size=2, num_workers=2, worker_type="process", worker_init_fn=mark_dataset_copy)
+    assert len(list(loader)) == 4
+    assert not hasattr(dataset, "marked_by")  # only the workers' copies were marked
+    stream = DataLoader(Shardable(), batch_size=None, num_workers=2, worker_init_fn=mark_dataset_copy)
+    assert sorted(int(x) for x in stream) == list(range(6))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_info_seed_is_the_seed_torch_runs_with_in_every_epoch(persistent: bool) -> None:
+    """As torch promises: code seeding other libraries from get_worker_info().seed gets the seed in use."""
+    loader = DataLoader(SeedReport(), batch_size=2, num_workers=2, worker_type="process", seed=5,
+                        persistent_workers=persistent)
+    seeds_by_epoch = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        pairs = [(int(a), int(b)) for info_seeds, torch_seeds in loader for a, b in zip(info_seeds, torch_seeds)]
+        assert all(info == used for info, used in pairs), pairs
+        seeds_by_epoch.append({used for _, used in pairs})
+    assert seeds_by_epoch[0].isdisjoint(seeds_by_epoch[1])  # workers draw new numbers each epoch
+    loader.close()
