@@ -14,11 +14,12 @@ assigns it to both torch attributes. Every interpreter started from the child (s
 workers, ``sys.executable -c`` subprocesses) inherits the environment and so the hook;
 forked workers inherit the patched modules.
 
-This module also is the pytest plugin loaded into the child (``-p tools.torch_suite``): it
-writes one JSON line per test start and report to the file named by
-``SHARDFEED_TORCH_SUITE_EVENTS``, and bounds every test by a per-test time limit (SIGALRM
-raises ``TestTimeout`` in the test; a faulthandler watchdog ends the process if the test
-cannot be interrupted, and the runner restarts pytest without the tests already done).
+This module is the parent side: it builds the child's environment, runs pytest in the
+child (restarting it after a crash or hang without the tests already done), finds the
+processes the run left behind, and prints the report. The child side, the patch and the
+pytest plugin loaded by module name (``-p tools._torch_suite_child``) that writes one JSON
+line per test start and report and bounds every test by a per-test time limit, is
+``tools._torch_suite_child``; outcomes, comparison and report are ``tools._torch_suite_results``.
 
 Needs ``expecttest`` (imported by ``torch.testing._internal``) and, for a few tests,
 ``psutil`` on the child's path: ``pip install --target DIR expecttest psutil`` and pass
@@ -28,10 +29,6 @@ Needs ``expecttest`` (imported by ``torch.testing._internal``) and, for a few te
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import faulthandler
-import importlib
-import importlib.machinery
 import json
 import os
 import signal
@@ -39,9 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+# Outcome, SuiteRun, install_patch_hook, outcomes_from_events and regressions are re-exported
+# (__all__): the public names of tools.torch_suite did not move with the split.
+from tools import _torch_suite_child as _child
+from tools._torch_suite_child import EVENTS_ENV, TARGET_ENV, TIMEOUT_ENV, WATCHDOG_GRACE_S, install_patch_hook
+from tools._torch_suite_results import (Outcome, SuiteRun, format_report, outcomes_from_events, regressions,
+                                        run_from_json, run_to_json, signature)
 
 __all__ = [
     "Outcome",
@@ -58,11 +62,7 @@ __all__ = [
 ]
 
 DEFAULT_TARGET = "loaders:DataLoader"
-TARGET_ENV = "SHARDFEED_TORCH_SUITE_TARGET"  # "module:attr" that replaces torch's DataLoader
-EVENTS_ENV = "SHARDFEED_TORCH_SUITE_EVENTS"  # JSON-lines file the plugin appends to
-TIMEOUT_ENV = "SHARDFEED_TORCH_SUITE_TIMEOUT_S"
-WATCHDOG_GRACE_S = 30.0  # past the per-test limit, the watchdog ends a test that SIGALRM could not
-MESSAGE_HEAD, MESSAGE_TAIL = 1500, 3500  # characters of a failure kept in the report
+CHILD_PLUGIN = _child.__name__  # loaded by the child by module name: "-p tools._torch_suite_child"
 MAX_RESTARTS = 8
 LEFTOVER_GRACE_S = 5.0  # a process of the run still alive this long after pytest exited is a leftover
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ _SITECUSTOMIZE = """\
 # Written by tools.torch_suite: replace torch's DataLoader in every interpreter of the run.
 import importlib.machinery, importlib.util, os, sys
 if os.environ.get({env!r}):
-    from tools.torch_suite import install_patch_hook
+    from {module} import install_patch_hook
     install_patch_hook(os.environ[{env!r}])
 # Run the sitecustomize this one shadows, if any (as another module: this one stays imported).
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -84,198 +84,7 @@ if _spec is not None and _spec.loader is not None:
 
 
 # ---------------------------------------------------------------------------------------
-# Child side: the patch and the pytest plugin.
-
-
-class TestTimeout(Exception):
-    """A test ran past the per-test limit of tools.torch_suite."""
-
-
-def _apply_patch(target: str) -> None:
-    module_name, _, attr = target.partition(":")
-    replacement = getattr(importlib.import_module(module_name), attr or "DataLoader")
-    import torch.utils.data
-    import torch.utils.data.dataloader
-
-    torch.utils.data.DataLoader = replacement
-    torch.utils.data.dataloader.DataLoader = replacement
-
-
-class _TorchImportHook:
-    """Meta-path finder that patches torch's DataLoader once ``torch`` has finished importing."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-        patch_target = self.target
-
-        def exec_then_patch(module: Any) -> None:
-            exec_module(module)
-            _apply_patch(patch_target)
-
-        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
-        return spec
-
-
-def install_patch_hook(target: str) -> None:
-    """Make ``torch.utils.data[.dataloader].DataLoader`` the object named by ``target`` ("module:attr").
-
-    Patches at once if torch is already imported, else as soon as ``import torch`` completes.
-    """
-    if "torch" in sys.modules:
-        _apply_patch(target)
-    else:
-        sys.meta_path.insert(0, _TorchImportHook(target))
-
-
-class _Recorder:
-    """The plugin object: JSON lines of starts and reports, and the per-test time limit."""
-
-    def __init__(self, path: str, timeout_s: float) -> None:
-        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole session
-        self.timeout_s = timeout_s
-
-    def write(self, **event: Any) -> None:
-        self.file.write(json.dumps({"t": time.time(), **event}) + "\n")
-        self.file.flush()
-
-    def pytest_collectreport(self, report: Any) -> None:
-        if report.failed:
-            self.write(event="collect_error", nodeid=report.nodeid, message=_clip(str(report.longrepr)))
-
-    def pytest_collection_finish(self, session: Any) -> None:
-        data = sys.modules.get("torch.utils.data")
-        loader = getattr(data, "DataLoader", None)
-        name = f"{loader.__module__}.{loader.__qualname__}" if loader is not None else None
-        self.write(event="collected", count=len(session.items), dataloader=name, pid=os.getpid())
-
-    def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:
-        self.write(event="start", nodeid=item.nodeid)
-        signal.signal(signal.SIGALRM, self._on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
-        faulthandler.dump_traceback_later(self.timeout_s + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
-        return None  # let the default protocol run the test
-
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        faulthandler.cancel_dump_traceback_later()
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        message = _clip(str(report.longrepr)) if report.longrepr else ""
-        self.write(event="report", nodeid=report.nodeid, when=report.when, outcome=report.outcome,
-                   xfail=hasattr(report, "wasxfail"), duration_s=report.duration, message=message)
-
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
-        self.write(event="finished", exitstatus=int(exitstatus))
-
-    def _on_alarm(self, signum: int, frame: Any) -> None:
-        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
-        raise TestTimeout(f"TIMEOUT: test ran past {self.timeout_s:g} s (tools.torch_suite per-test limit)")
-
-
-def _clip(text: str) -> str:
-    if len(text) <= MESSAGE_HEAD + MESSAGE_TAIL:
-        return text
-    return f"{text[:MESSAGE_HEAD]}\n[... {len(text) - MESSAGE_HEAD - MESSAGE_TAIL} characters ...]\n{text[-MESSAGE_TAIL:]}"
-
-
-def pytest_configure(config: Any) -> None:
-    """Register the recorder when the runner asked for events (a plain ``-p`` load does nothing)."""
-    path = os.environ.get(EVENTS_ENV)
-    if path:
-        config.pluginmanager.register(_Recorder(path, float(os.environ.get(TIMEOUT_ENV, "180"))), "torch_suite")
-
-
-# ---------------------------------------------------------------------------------------
-# Pure parts: outcomes, comparisons, /proc parsing.
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
-    """What became of one test: status (passed, failed, error, skipped, xfailed, xpassed,
-    timeout, crashed), its duration in seconds, and the failure text (clipped)."""
-
-    status: str
-    duration_s: float = 0.0
-    message: str = ""
-
-
-_DIED = ("the interpreter died while this test ran (a crash, or the faulthandler watchdog "
-         "ending a test that ignored its time limit)")
-PASSING = frozenset({"passed", "xfailed"})  # "xfailed" as on stock: the test's own expectation holds
-STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "timeout", "crashed")
-
-
-def outcomes_from_events(events: Iterable[Mapping[str, Any]]) -> dict[str, Outcome]:
-    """Fold the plugin's events into one ``Outcome`` per test id.
-
-    A test with a start but no report was running when its interpreter died: ``crashed``.
-    A failure carrying the per-test limit's marker is ``timeout``; a failure in setup or
-    teardown is ``error`` (pytest's wording), in the call ``failed``.
-    """
-    results: dict[str, Outcome] = {}
-    for event in events:
-        kind, nodeid = event.get("event"), event.get("nodeid", "")
-        if kind == "start":
-            results[nodeid] = Outcome("crashed", 0.0, _DIED)
-        elif kind == "report":
-            results[nodeid] = _fold_report(results.get(nodeid), event)
-    return results
-
-
-def _fold_report(before: Outcome | None, event: Mapping[str, Any]) -> Outcome:
-    when, outcome, message = event["when"], event["outcome"], event.get("message", "")
-    duration = (before.duration_s if before else 0.0) + float(event.get("duration_s", 0.0))
-    if outcome == "failed":
-        status = "timeout" if "TIMEOUT: test ran past" in message else ("failed" if when == "call" else "error")
-        if before is not None and before.status in ("failed", "timeout", "error") and when == "teardown":
-            return dataclasses.replace(before, duration_s=duration)  # keep the first failure
-        return Outcome(status, duration, message)
-    if outcome == "skipped":
-        return Outcome("xfailed" if event.get("xfail") else "skipped", duration, message)
-    if when == "call":
-        return Outcome("xpassed" if event.get("xfail") else "passed", duration, "")
-    # A passed setup or teardown changes nothing; before the call the test counts as crashed
-    # (its start event said so) until a call report arrives.
-    return dataclasses.replace(before, duration_s=duration) if before else Outcome("crashed", duration, _DIED)
-
-
-def counts(results: Mapping[str, Outcome]) -> dict[str, int]:
-    """Number of tests per status (every status in ``STATUSES``, zeros included)."""
-    out = dict.fromkeys(STATUSES, 0)
-    for outcome in results.values():
-        out[outcome.status] = out.get(outcome.status, 0) + 1
-    return out
-
-
-def regressions(stock: Mapping[str, Outcome], ours: Mapping[str, Outcome], *,
-                subset: bool = False) -> dict[str, Outcome]:
-    """The tests that pass on stock and do not pass on ours.
-
-    A test missing from ours counts as not passing ("not run"), unless ``subset`` (ours ran a
-    ``-k`` selection against a full stock baseline): then only the tests ours ran count.
-    """
-    return {k: ours.get(k, Outcome("not run")) for k, v in sorted(stock.items())
-            if v.status in PASSING and ours.get(k, Outcome("not run")).status not in PASSING
-            and (k in ours or not subset)}
-
-
-def signature(message: str) -> str:
-    """A one-line gist of a pytest failure text: its first ``E`` line (the exception), followed by
-    the next one when that is only a heading ("Scalars are not equal!"); else the text's last line."""
-    lines = [ln[1:].strip() for ln in message.splitlines() if ln.startswith("E ") and ln[1:].strip()]
-    if lines:
-        return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(("!", ":")) else lines[0]
-    tail = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    return tail[-1] if tail else ""
+# /proc: a run's leftover processes.
 
 
 class ProcStat(NamedTuple):
@@ -323,34 +132,43 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+def _lingering(session_id: int, grace_s: float) -> list[int]:
+    """Members of the session still alive after ``grace_s`` seconds (helpers such as
+    multiprocessing's resource tracker end a moment after the interpreter they serve)."""
+    deadline = time.monotonic() + grace_s
+    members = session_members(session_id)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.2)
+        members = session_members(session_id)
+    return members
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (the SigCgt mask of /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            mask = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(mask >> (signum - 1) & 1)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 # ---------------------------------------------------------------------------------------
-# Runner side.
-
-
-@dataclasses.dataclass(frozen=True)
-class SuiteRun:
-    """One run of the test file: per-test outcomes and how the interpreter ended.
-
-    exit_delay_s: seconds from the end of the last test to the interpreter's exit (None
-    when it had to be killed); leftovers: "pid cmdline" of processes of the run still
-    alive after it exited (then killed); collect_errors: import or collection failures.
-    """
-
-    patched: bool
-    results: dict[str, Outcome]
-    wall_s: float
-    attempts: int
-    exit_delay_s: float | None
-    leftovers: tuple[str, ...]
-    collect_errors: tuple[str, ...]
-    dataloader: str | None
-    log_path: str
+# Runner.
 
 
 def write_patch_dir(path: Path) -> Path:
     """Create ``path`` holding the ``sitecustomize.py`` that patches torch in every interpreter; return it."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(env=TARGET_ENV), encoding="utf-8")
+    text = _SITECUSTOMIZE.format(env=TARGET_ENV, module=CHILD_PLUGIN)
+    (path / "sitecustomize.py").write_text(text, encoding="utf-8")
     return path
 
 
@@ -405,7 +223,7 @@ def run_suite(test_file: Path, *, patched: bool, keyword: str | None, timeout_s:
     done: set[str] = set()
     while attempts < MAX_RESTARTS:
         attempts += 1
-        cmd = [sys.executable, "-m", "pytest", str(test_file), "-p", "tools.torch_suite", "-p", "no:cacheprovider",
+        cmd = [sys.executable, "-m", "pytest", str(test_file), "-p", CHILD_PLUGIN, "-p", "no:cacheprovider",
                "-c", str(ini), "--rootdir", str(test_file.parent), "-q", "-rN"]
         cmd += ["-k", keyword] if keyword else []
         for nodeid in sorted(done):
@@ -472,71 +290,11 @@ def _run_child(cmd: list[str], env: Mapping[str, str], log_path: Path, events_pa
     return delay, left
 
 
-def _lingering(session_id: int, grace_s: float) -> list[int]:
-    """Members of the session still alive after ``grace_s`` seconds (helpers such as
-    multiprocessing's resource tracker end a moment after the interpreter they serve)."""
-    deadline = time.monotonic() + grace_s
-    members = session_members(session_id)
-    while members and time.monotonic() < deadline:
-        time.sleep(0.2)
-        members = session_members(session_id)
-    return members
-
-
-def _catches(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` has a handler for ``signum`` (the SigCgt mask of /proc/PID/status)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            mask = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
-    except (OSError, StopIteration, ValueError):
-        return False
-    return bool(mask >> (signum - 1) & 1)
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
-
-
 # ---------------------------------------------------------------------------------------
-# Report.
+# Command line.
 
 
-def _run_to_json(run: SuiteRun) -> dict[str, Any]:
-    doc = dataclasses.asdict(run)
-    doc["counts"] = counts(run.results)
-    return doc
-
-
-def _run_from_json(doc: Mapping[str, Any]) -> SuiteRun:
-    fields = {k: v for k, v in doc.items() if k in {f.name for f in dataclasses.fields(SuiteRun)}}
-    fields["results"] = {k: Outcome(**v) for k, v in doc["results"].items()}
-    fields["leftovers"], fields["collect_errors"] = tuple(doc["leftovers"]), tuple(doc["collect_errors"])
-    return SuiteRun(**fields)
-
-
-def format_report(runs: Mapping[str, SuiteRun], *, subset: bool = False) -> str:
-    """Counts per run, the exit of each interpreter, and the tests that pass on stock only."""
-    from tools._report import format_table
-
-    rows = [[name, *counts(run.results).values(), len(run.results), round(run.wall_s), run.attempts]
-            for name, run in runs.items()]
-    out = [format_table(["run", *STATUSES, "total", "wall s", "attempts"], rows, title="torch test_dataloader.py")]
-    for name, run in runs.items():
-        ending = "killed: did not exit" if run.exit_delay_s is None else f"exited {run.exit_delay_s:.1f} s after its last test"
-        out.append(f"\n{name}: DataLoader = {run.dataloader}; {ending}; log {run.log_path}")
-        out += [f"  collection error: {e}" for e in run.collect_errors]
-        out += [f"  left over (killed): {p}" for p in run.leftovers]
-    if "stock" in runs and "ours" in runs:
-        lost = regressions(runs["stock"].results, runs["ours"].results, subset=subset)
-        out.append(f"\npass on stock, not on ours: {len(lost)}")
-        out += [f"  {k}  [{v.status}]  {signature(v.message)[:160]}" for k, v in lost.items()]
-    return "\n".join(out)
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.torch_suite", description=__doc__.split("\n")[0])
     parser.add_argument("test_file", type=Path, help="a copy of PyTorch's test/test_dataloader.py")
     which = parser.add_mutually_exclusive_group()
@@ -553,7 +311,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="put DIR on the child's PYTHONPATH (default: deps/ beside the test file)")
     parser.add_argument("--log-dir", type=Path, metavar="DIR", help="where the logs and event files go (default: /tmp)")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH ('-' for stdout)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _exit_status(runs: Mapping[str, SuiteRun], target: str, subset: bool) -> int:
+    """2: a run collected nothing or the patch did not take; 1: a stock pass failed on ours; else 0."""
+    if any(r.collect_errors or not r.results for r in runs.values()):
+        return 2
+    unpatched = [r for r in runs.values() if r.patched and (r.dataloader or "").startswith("torch.")]
+    if unpatched:
+        print(f"torch_suite: the patched run still used {unpatched[0].dataloader}: the replacement "
+              f"{target} did not take effect (see {unpatched[0].log_path})", file=sys.stderr)
+        return 2
+    if "stock" in runs and "ours" in runs and regressions(runs["stock"].results, runs["ours"].results, subset=subset):
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
     if not args.test_file.is_file():
         print(f"torch_suite: no test file at {args.test_file}; fetch PyTorch's test/test_dataloader.py "
               "at the tag of the installed torch", file=sys.stderr)
@@ -564,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, SuiteRun] = {}
     if args.baseline:
         try:
-            runs["stock"] = _run_from_json(json.loads(args.baseline.read_text(encoding="utf-8"))["results"]["stock"])
+            runs["stock"] = run_from_json(json.loads(args.baseline.read_text(encoding="utf-8"))["results"]["stock"])
         except (OSError, ValueError, KeyError, TypeError) as err:
             print(f"torch_suite: cannot read the stock results of {args.baseline}: {err!r}; "
                   "expected a --json report of a run that included stock", file=sys.stderr)
@@ -580,17 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         from tools._report import report_document, write_json
 
-        write_json(args.json, report_document("torch_suite", {k: _run_to_json(v) for k, v in runs.items()}))
-    if any(r.collect_errors or not r.results for r in runs.values()):
-        return 2
-    unpatched = [r for r in runs.values() if r.patched and (r.dataloader or "").startswith("torch.")]
-    if unpatched:
-        print(f"torch_suite: the patched run still used {unpatched[0].dataloader}: the replacement "
-              f"{args.target} did not take effect (see {unpatched[0].log_path})", file=sys.stderr)
-        return 2
-    if "stock" in runs and "ours" in runs and regressions(runs["stock"].results, runs["ours"].results, subset=subset):
-        return 1
-    return 0
+        write_json(args.json, report_document("torch_suite", {k: run_to_json(v) for k, v in runs.items()}))
+    return _exit_status(runs, args.target, subset)
 
 
 if __name__ == "__main__":

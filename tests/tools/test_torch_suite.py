@@ -1,8 +1,10 @@
-"""tools.torch_suite: outcomes from the plugin's events, regressions, /proc parsing, the
-patch reaching spawned children, per-test time limits and leftover processes."""
+"""tools.torch_suite and its parts (_torch_suite_child, _torch_suite_results): outcomes from the
+plugin's events, regressions, the JSON report, /proc parsing, the patch reaching spawned children,
+per-test time limits and leftover processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tools import torch_suite
-from tools.torch_suite import Outcome, outcomes_from_events, parse_proc_stat, regressions, signature
+from tools import _torch_suite_child, torch_suite
+from tools._torch_suite_results import (Outcome, SuiteRun, outcomes_from_events, regressions, run_from_json,
+                                        run_to_json, signature)
+from tools.torch_suite import parse_proc_stat
 
-TARGET = torch_suite.TARGET_ENV
+TARGET = _torch_suite_child.TARGET_ENV
 
 
 def _report(nodeid: str, when: str, outcome: str, message: str = "", xfail: bool = False) -> dict[str, object]:
@@ -37,7 +41,7 @@ def test_outcomes_from_events_names_every_kind_of_ending() -> None:
         *_lifecycle("t::bad", call="failed", message="E   RecursionError: maximum recursion depth exceeded"),
         *_lifecycle("t::setup_error", setup="failed", message="E   ImportError: x"),
         *_lifecycle("t::teardown_error", teardown="failed", message="E   OSError: y"),
-        *_lifecycle("t::slow", call="failed", message="E   tools.torch_suite.TestTimeout: TIMEOUT: test ran past 2 s"),
+        *_lifecycle("t::slow", call="failed", message="E   tools._torch_suite_child.TestTimeout: TIMEOUT: test ran past 2 s"),
         {"event": "start", "nodeid": "t::skip"}, _report("t::skip", "setup", "skipped", "CUDA unavailable"),
         _report("t::skip", "teardown", "passed"),
         {"event": "start", "nodeid": "t::xfail"}, _report("t::xfail", "setup", "passed"),
@@ -64,6 +68,31 @@ def test_regressions_are_stock_passes_that_do_not_pass_on_ours() -> None:
     assert {k: v.status for k, v in regressions(stock, ours).items()} == {"b": "timeout", "d": "xpassed", "e": "not run"}
     # ours ran a -k selection against a full stock baseline: what it did not select is not lost
     assert {k: v.status for k, v in regressions(stock, ours, subset=True).items()} == {"b": "timeout", "d": "xpassed"}
+
+
+def test_a_run_survives_the_json_report_it_is_written_to() -> None:
+    run = SuiteRun(patched=True, results={"t::a": Outcome("passed", 1.5), "t::b": Outcome("timeout", 3.0, "E  x")},
+                   wall_s=9.0, attempts=2, exit_delay_s=None, leftovers=("42 python -c x",),
+                   collect_errors=("t.py: ImportError: y",), dataloader="loaders.dataloader.DataLoader", log_path="/l")
+    doc = json.loads(json.dumps(run_to_json(run)))
+    assert doc["counts"]["passed"] == 1 and doc["counts"]["timeout"] == 1 and doc["counts"]["crashed"] == 0
+    assert run_from_json(doc) == run
+
+
+def test_the_plugin_keeps_the_head_and_tail_of_a_long_failure() -> None:
+    head, tail = _torch_suite_child.MESSAGE_HEAD, _torch_suite_child.MESSAGE_TAIL
+    text = "h" * head + "m" * 10 + "t" * tail
+    assert _torch_suite_child._clip(text) == "h" * head + "\n[... 10 characters ...]\n" + "t" * tail
+    assert _torch_suite_child._clip(text[:-10]) == text[:-10]
+
+
+def test_the_child_side_loads_alone_without_torch_or_the_runner() -> None:
+    code = ("import sys, tools._torch_suite_child as c; assert hasattr(c, 'pytest_configure'); "
+            "print(sorted(m for m in sys.modules if m in ('torch', 'tools.torch_suite', 'tools._torch_suite_results')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=torch_suite.REPO_ROOT, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr
+    assert torch_suite.CHILD_PLUGIN == "tools._torch_suite_child"
 
 
 def test_signature_is_the_exception_line() -> None:
