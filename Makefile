@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib
+	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib "ray>=2.40"
 	@$(MAKE) --no-print-directory pillow
 	$(PIP) install --no-deps -e .
 	touch $(STAMP)

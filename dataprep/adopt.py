@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from dataprep.checkpoint import state_dir
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.index import index_path_for, index_tar, write_index
 from dataprep.manifest import (
@@ -36,6 +37,7 @@ def adopt(shard_dir: Path, *, pattern: str = "*.tar", command: tuple[str, ...] =
     holds a manifest that is not from an earlier adoption.
     """
     directory = Path(shard_dir)
+    _check_no_shard_run(directory)
     paths = find_shards(directory, pattern)
     _check_no_foreign_manifest(directory)
     shards = tuple(adopt_shard(path) for path in paths)
@@ -80,6 +82,16 @@ def adopt_shard(path: Path) -> ShardInfo:
     write_index(sidecar, index)
     # Hashing reads the tar once more; index_tar only read its headers.
     return ShardInfo(path.name, index.num_samples, index.shard_bytes, sha256_file(path), sidecar.name, index.fields)
+
+
+def _check_no_shard_run(directory: Path) -> None:
+    """Refuse a folder where a ``dataprep shard`` run is unfinished: its shards are part of a run, not a dataset."""
+    if state_dir(directory).is_dir():
+        raise OutputExistsError(
+            f"{directory} holds an unfinished `dataprep shard` run ({state_dir(directory)}): its shards are a part of "
+            "the dataset. Finish it by rerunning the same `dataprep shard` command, or start it again with "
+            "--overwrite; nothing was indexed"
+        )
 
 
 def _check_no_foreign_manifest(directory: Path) -> None:

@@ -4,7 +4,7 @@ Checkpoint document (``OUT/.dataprep/checkpoint.json``), version 2::
 
     {"version": 2, "range": 1, "next_shard": 3, "position": 1234, "skip": 17,
      "records_done": 98765, "rejects_bytes": 5678, "totals": {...},
-     "shards": [ShardInfo json, ...], "carry": {...}}
+     "shards": [ShardInfo json, ...], "carry": {...}, "ranges_done": [0, 2, ...]}
 
 Resuming means skipping to a place in the saved plan, never replaying: ``position`` is
 the plan position of the first unit not wholly final and ``skip`` how many of its raw
@@ -12,6 +12,11 @@ records are final (in a completed shard or in the rejects file); ``range`` and
 ``next_shard`` say which range is being written and the number of its next shard;
 ``records_done`` counts final raw records over the whole plan (the position of the next
 one in the duplicate set); ``carry`` is the packer's carry-over (``dataprep.layouts``).
+
+A range-parallel run (``--engine ray``, ``dataprep.ranges``) writes whole ranges in any
+order and records each one completed in ``ranges_done``, its shards in ``shards`` (sorted
+by name, i.e. by range) and its counts in ``totals``; ``range``, ``position`` and ``skip``
+stay 0 (a range is never resumed half-way; its rejects are in ``.dataprep/ranges/``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ class Checkpoint:
     totals: Totals = field(default_factory=Totals)
     shards: tuple[ShardInfo, ...] = ()
     carry: dict[str, Any] = field(default_factory=dict)
+    ranges_done: tuple[int, ...] = ()
+
+    @property
+    def is_started(self) -> bool:
+        """Whether the sequential write loop has made progress (anything past the plan's start)."""
+        return bool(self.range or self.position or self.skip or self.records_done or self.shards) and not self.ranges_done
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -58,6 +69,7 @@ class Checkpoint:
             "totals": self.totals.to_json(),
             "shards": [s.to_json() for s in self.shards],
             "carry": self.carry,
+            "ranges_done": list(self.ranges_done),
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode()
 
@@ -78,6 +90,7 @@ class Checkpoint:
                 totals=Totals.from_json(doc["totals"]),
                 shards=tuple(ShardInfo.from_json(s) for s in doc["shards"]),
                 carry=dict(doc.get("carry") or {}),
+                ranges_done=tuple(int(r) for r in doc.get("ranges_done") or ()),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise FormatError(f"{path}: unreadable checkpoint ({err!r}); rerun with --overwrite") from err

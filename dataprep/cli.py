@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
-from dataprep.config import DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, OutputFormat, ShardConfig, default_workers
+from dataprep.config import DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, Engine, OutputFormat, ShardConfig, default_workers
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
 from dataprep.report import Progress, format_summary, format_table
 from dataprep.sources import Layout
@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--allow-empty", action="store_true", help="succeed even when no sample is kept (every input rejected, or none found)")
     g.add_argument("--range-size", type=_byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
                    help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
+    g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
+                   help="local: this machine writes the ranges; ray: one Ray task per range on a cluster "
+                        "(OUT must be a folder every node sees; pip install 'shardfeed[ray]'). Same bytes either way")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster to use with --engine ray: auto, HOST:PORT or ray://HOST:10001 "
+                        "(default: RAY_ADDRESS, else a new local cluster)")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
 
@@ -127,7 +133,7 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
         max_samples_per_shard=args.samples_per_shard, row_group_bytes=args.row_group_size, prefix=args.prefix,
         seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, workers=args.workers,
         follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
-        allow_empty=args.allow_empty, range_bytes=args.range_size,
+        allow_empty=args.allow_empty, range_bytes=args.range_size, engine=Engine(args.engine), address=args.address,
     )
 
 

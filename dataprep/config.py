@@ -11,6 +11,7 @@ from typing import Any
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
 from dataprep.sources import Layout
+from dataprep.units import format_bytes
 
 # One unit for sizes everywhere: MiB (the CLI's defaults, the writers' and the README's).
 DEFAULT_SHARD_BYTES = 256 * 2**20
@@ -23,6 +24,13 @@ class OutputFormat(enum.StrEnum):
     AUTO = "auto"
     WDS = "wds"
     PARQUET = "parquet"
+
+
+class Engine(enum.StrEnum):
+    """Where the ranges of a plan are written: this machine (one after another), or Ray tasks."""
+
+    LOCAL = "local"
+    RAY = "ray"
 
 
 def default_workers() -> int:
@@ -40,6 +48,8 @@ class ShardConfig:
     Options that shape the output bytes are in ``fingerprint()``; the rest (workers,
     progress, budgets, ``allow_empty``: a run that keeps no sample succeeds) may change
     between a run and its resumption. ``range_bytes``: input bytes per range of the plan.
+    ``engine``, ``address``: where ranges run (``dataprep.ranges``); ``address`` is Ray's
+    (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
     """
 
     raw: Path
@@ -61,6 +71,8 @@ class ShardConfig:
     max_reject_fraction: float | None = None
     allow_empty: bool = False
     range_bytes: int = DEFAULT_RANGE_BYTES
+    engine: Engine = Engine.LOCAL
+    address: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
@@ -71,6 +83,10 @@ class ShardConfig:
                 raise UsageError(f"'{name}' must be a positive int (got {value!r} that is a {type(value).__name__})")
         if not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
             raise UsageError(f"'prefix' must be a plain file-name prefix (got {self.prefix!r})")
+        if not isinstance(self.engine, Engine):
+            raise UsageError(f"'engine' must be one of {[str(e) for e in Engine]} (got {self.engine!r})")
+        if self.address is not None and self.engine is not Engine.RAY:
+            raise UsageError(f"--address {self.address!r} is the address of a Ray cluster; it needs --engine ray")
         if self.max_reject_fraction is not None and not 0.0 <= self.max_reject_fraction <= 1.0:
             raise UsageError(f"'max_reject_fraction' must be within [0, 1] (got {self.max_reject_fraction!r})")
 
@@ -104,3 +120,53 @@ def _jsonable(options: object) -> dict[str, Any]:
             value = list(value)
         out[name] = value
     return out
+
+
+# The command-line flag that sets each key of ``ShardConfig.fingerprint()`` ("group.field" for
+# nested options): messages about options name what the user typed, not our field names.
+OPTION_FLAGS: dict[str, str] = {
+    "raw": "RAW", "layout": "--layout", "format": "--format", "max_shard_bytes": "--shard-size",
+    "max_samples_per_shard": "--samples-per-shard", "row_group_bytes": "--row-group-size",
+    "range_bytes": "--range-size", "prefix": "--prefix", "seed": "--seed", "shuffle": "--no-shuffle",
+    "follow_symlinks": "--follow-symlinks", "image.min_side": "--min-side", "image.max_pixels": "--max-pixels",
+    "image.resize_short": "--resize-short", "image.max_side": "--max-side", "image.quality": "--quality",
+    "image.reencode_format": "--reencode-format", "table.schema": "--schema", "table.required": "--required",
+    "table.dedup_on": "--dedup-on", "text.unit": "--text-unit",
+}
+_SWITCHES = {"shuffle": False, "follow_symlinks": True}  # key -> the value that the flag sets
+_GROUPS = ("image", "table", "text")
+_MAX_SHOWN = 5
+
+
+def _flatten(options: dict[str, Any]) -> dict[str, Any]:
+    """Fingerprint -> {"seed": 0, "image.quality": 95, ...} (option groups one level down)."""
+    flat: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in _GROUPS and isinstance(value, dict):
+            flat.update({f"{key}.{name}": v for name, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def describe_option(key: str, value: Any) -> str:
+    """How the user would have typed fingerprint option ``key`` set to ``value``: ``--shard-size 3.0 KiB``."""
+    flag = OPTION_FLAGS.get(key, key)
+    if key in _SWITCHES:
+        return f"with {flag}" if value == _SWITCHES[key] else f"without {flag}"
+    if value is None or value == [] or value == ():
+        return f"without {flag}"
+    if key.endswith("_bytes"):
+        return f"{flag} {format_bytes(value)}"
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return f"{flag} {value}"
+
+
+def option_differences(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The options that differ between two fingerprints, as flags: ``--seed 0 before, --seed 7 now; ...``."""
+    a, b = _flatten(old), _flatten(new)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    shown = [f"{describe_option(k, a.get(k))} before, {describe_option(k, b.get(k))} now" for k in keys[:_MAX_SHOWN]]
+    return "; ".join(shown) + (" ..." if len(keys) > _MAX_SHOWN else "")
+

@@ -5,9 +5,10 @@ Tree::
     DataprepError
     ├── UsageError          bad arguments or RAW/OUT paths (CLI exit status 2)
     ├── OutputExistsError   OUT holds output of a different command (use --overwrite)
-    ├── FormatError         a shard, index sidecar or manifest is malformed or unsupported
+    ├── FormatError         a shard, index sidecar, manifest, or a seen-set store is malformed or unsupported
     ├── VerifyError         a shard or index does not match the manifest
     ├── RejectBudgetError   more inputs rejected than --max-reject-fraction allows
+    ├── RangeTaskError      a range task failed on the cluster after its retries (--engine ray)
     └── WorkerCrashError    a worker process died (e.g. a decoder crashed) on one of some inputs
 
 Per-input problems are not exceptions: cleaning turns them into a ``Reject`` with a
@@ -30,7 +31,7 @@ class OutputExistsError(DataprepError):
 
 
 class FormatError(DataprepError):
-    """A shard, index sidecar or manifest is malformed, truncated or of an unknown version."""
+    """A shard, index sidecar or manifest, or a seen-set store, is malformed, truncated or of an unknown version."""
 
 
 class VerifyError(DataprepError):
@@ -50,3 +51,7 @@ class WorkerCrashError(DataprepError):
 
     def __reduce__(self) -> tuple[type[WorkerCrashError], tuple[str, list[object]]]:
         return type(self), (str(self), self.items)  # picklable: it crosses from a forked child
+
+
+class RangeTaskError(DataprepError):
+    """A range task failed on the Ray cluster after its retries; a rerun resumes from the ranges completed."""

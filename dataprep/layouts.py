@@ -56,6 +56,10 @@ class LayoutHandler(Protocol):
         """Digest whose repetition makes ``sample`` a duplicate of an earlier one; None: never a duplicate."""
         ...
 
+    def finds_duplicates(self) -> bool:
+        """Whether ``dedup_digest`` may return a digest (a range-parallel run then looks for duplicates first)."""
+        ...
+
     def parquet_schema(self) -> pa.Schema:
         """The columns of this layout's Parquet shards."""
         ...
@@ -134,6 +138,9 @@ class MediaHandler:
     def dedup_digest(self, sample: CleanRecord | EncodedSample) -> bytes | None:
         return None
 
+    def finds_duplicates(self) -> bool:
+        return False  # media duplicates are found while planning
+
     def parquet_schema(self) -> pa.Schema:
         return pa.schema([("__key__", pa.string()), *IMAGE_PARQUET_COLUMNS, ("extra", pa.map_(pa.string(), pa.binary()))])
 
@@ -178,6 +185,9 @@ class TableHandler:
             return None
         return dedup_digest(sample, self.options.dedup_on)
 
+    def finds_duplicates(self) -> bool:
+        return self.options.dedup_on is not None
+
     def parquet_schema(self) -> pa.Schema:
         return arrow_schema(self.schema)
 
@@ -200,6 +210,9 @@ class TextHandler:
 
     def dedup_digest(self, sample: CleanRecord | EncodedSample) -> bytes | None:
         return text_digest(sample) if isinstance(sample, CleanRecord) else None
+
+    def finds_duplicates(self) -> bool:
+        return True
 
     def parquet_schema(self) -> pa.Schema:
         return TEXT_PARQUET_SCHEMA

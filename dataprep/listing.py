@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,13 +40,33 @@ class Entry:
         return self.path + b"\0" + b"%d %d" % (self.size, self.mtime_ns) + b"\0"
 
 
-def list_raw(raw: Path, *, follow_symlinks: bool) -> Iterator[Entry]:
-    """Entries of RAW (a directory, or a single file) in walk order."""
+def excluded_by(raw: Path, out: Path | None, *, follow_symlinks: bool) -> Callable[[str], bool] | None:
+    """Predicate on a walked file's path relative to RAW: True when it is really inside OUT.
+
+    Only a walk that follows symlinks can reach OUT (OUT inside RAW is refused), through a
+    link to OUT or to a folder holding it; dataprep's own output and state are never inputs.
+    None when nothing needs excluding.
+    """
+    if out is None or not follow_symlinks or not raw.is_dir():
+        return None
+    out_real = os.path.realpath(out) + os.sep
+
+    def is_inside_out(rel: str) -> bool:
+        return (os.path.realpath(os.path.join(raw, rel)) + os.sep).startswith(out_real)
+
+    return is_inside_out
+
+
+def list_raw(raw: Path, *, follow_symlinks: bool, exclude: Path | None = None) -> Iterator[Entry]:
+    """Entries of RAW (a directory, or a single file) in walk order; none inside ``exclude`` (OUT)."""
     if raw.is_file():
         st = raw.stat()
         yield Entry(os.fsencode(raw.name), st.st_size, st.st_mtime_ns)
         return
+    skip = excluded_by(raw, exclude, follow_symlinks=follow_symlinks)
     for item in walk_files(raw, follow_symlinks=follow_symlinks):
+        if skip is not None and skip(item.source if isinstance(item, Reject) else item.rel):
+            continue
         if isinstance(item, Reject):
             yield Entry(os.fsencode(item.source), -1, 0)
             continue
@@ -57,11 +77,11 @@ def list_raw(raw: Path, *, follow_symlinks: bool) -> Iterator[Entry]:
         yield Entry(os.fsencode(item.rel), item.size, mtime_ns)
 
 
-def write_listing(raw: Path, path: Path, *, follow_symlinks: bool) -> str:
+def write_listing(raw: Path, path: Path, *, follow_symlinks: bool, exclude: Path | None = None) -> str:
     """Write RAW's listing to ``path`` (fsync'd); returns its hex sha256."""
     digest = hashlib.sha256()
     with open(path, "wb", buffering=_BUFFER_BYTES) as f:
-        for entry in list_raw(raw, follow_symlinks=follow_symlinks):
+        for entry in list_raw(raw, follow_symlinks=follow_symlinks, exclude=exclude):
             data = entry.encode()
             digest.update(data)
             f.write(data)
@@ -70,10 +90,10 @@ def write_listing(raw: Path, path: Path, *, follow_symlinks: bool) -> str:
     return digest.hexdigest()
 
 
-def listing_digest(raw: Path, *, follow_symlinks: bool) -> str:
+def listing_digest(raw: Path, *, follow_symlinks: bool, exclude: Path | None = None) -> str:
     """Hex sha256 of RAW's listing as it is now (what ``write_listing`` would return)."""
     digest = hashlib.sha256()
-    for entry in list_raw(raw, follow_symlinks=follow_symlinks):
+    for entry in list_raw(raw, follow_symlinks=follow_symlinks, exclude=exclude):
         digest.update(entry.encode())
     return digest.hexdigest()
 

@@ -13,6 +13,7 @@ holds anything else the run refuses before removing anything.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dataprep.checkpoint import CHECKPOINT_NAME, PARTIAL_REJECTS_NAME, STATE_DIR, Checkpoint, load_checkpoint, state_dir
+from dataprep.config import option_differences
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.fsutil import TMP_SUFFIX, fsync_dir
 from dataprep.manifest import MANIFEST_NAME, REJECTS_NAME, Manifest, read_manifest
@@ -50,12 +52,59 @@ def check_paths(raw: Path, out: Path) -> None:
         raise UsageError(f"OUT {out} is inside RAW {raw}; its shards would become inputs. Choose an OUT outside RAW")
     if raw_real.is_relative_to(out_real):
         raise UsageError(f"RAW {raw} is inside OUT {out}; OUT holds only dataprep's output. Choose an OUT outside RAW")
+    if raw.is_dir() and (raw / MANIFEST_NAME).is_file():
+        raise UsageError(f"RAW {raw} holds {MANIFEST_NAME}: it is a dataprep output (shards), not raw data. Were RAW "
+                         "and OUT swapped? To read shards use loaders; to reshard, shard the original RAW again")
+
+
+class OutputLock:
+    """An exclusive lock on OUT for one run (``flock`` on the folder itself: nothing is written).
+
+    A second ``dataprep shard`` into the same OUT is refused at once, naming the pid that
+    holds it; the lock goes with the process (also when it is killed).
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._fd = -1
+
+    def __enter__(self) -> OutputLock:
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise OutputExistsError(f"OUT {out} exists and is not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            holder = _lock_holder(os.fstat(fd).st_ino)
+            os.close(fd)
+            raise OutputExistsError(f"OUT {out} is in use by another dataprep run ({holder}); wait for it to end, "
+                                    "or stop it (a rerun of its command resumes it), or choose another OUT") from err
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _lock_holder(inode: int) -> str:
+    """'pid N' of the process holding a flock on ``inode`` (from /proc/locks), or 'pid unknown'."""
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+                    return f"pid {parts[4]}"
+    except OSError:
+        pass
+    return "pid unknown"
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
-    names = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    shown = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in names[:MAX_NAMES_SHOWN]]
-    return "; ".join(shown) + (" ..." if len(names) > MAX_NAMES_SHOWN else "")
+    return option_differences(old, new)
 
 
 def _shown(names: list[str]) -> str:
@@ -92,9 +141,15 @@ def _names_of(shards: Any) -> set[str]:
     return {s.name for s in shards} | {s.index for s in shards if s.index}
 
 
-def _ownership(out: Path) -> tuple[_Ownership | None, Manifest | None, PlanInfo | None]:
-    """Who wrote OUT: (what is dataprep's or None if OUT holds no dataprep state, manifest, plan info)."""
-    manifest = plan = None
+def _ownership(out: Path, *, overwrite: bool = False,
+               fallback_prefix: str | None = None) -> tuple[_Ownership | None, Manifest | None, PlanInfo | None]:
+    """Who wrote OUT: (what is dataprep's or None if OUT holds no dataprep state, manifest, plan info).
+
+    With ``overwrite``, a damaged plan or checkpoint in ``.dataprep/`` (a folder only dataprep
+    makes) does not stop the run: shards named by what is readable, and shards of the run's
+    prefix (``fallback_prefix`` when the plan cannot say), are taken as dataprep's.
+    """
+    manifest = plan = checkpoint = None
     named: set[str] = set()
     prefix: str | None = None
     if (out / MANIFEST_NAME).exists():
@@ -104,14 +159,22 @@ def _ownership(out: Path) -> tuple[_Ownership | None, Manifest | None, PlanInfo 
                                     "choose another OUT (nothing was removed)")
         named |= _names_of(manifest.shards)
         prefix = manifest.options.get("prefix")
-    if (state_dir(out) / PLAN_NAME).exists():
-        plan = PlanInfo.from_path(state_dir(out) / PLAN_NAME)
-        prefix = plan.fingerprint.get("prefix", prefix)
-    checkpoint = load_checkpoint(out) if state_dir(out).is_dir() else None
+    damaged = False
+    try:
+        if (state_dir(out) / PLAN_NAME).exists():
+            plan = PlanInfo.from_path(state_dir(out) / PLAN_NAME)
+            prefix = plan.fingerprint.get("prefix", prefix)
+        checkpoint = load_checkpoint(out) if state_dir(out).is_dir() else None
+    except FormatError:
+        if not overwrite:
+            raise
+        damaged = True  # --overwrite: everything of .dataprep goes anyway
     if checkpoint is not None:
         named |= _names_of(checkpoint.shards)
     if manifest is None and not state_dir(out).is_dir():
         return None, None, None
+    if damaged and prefix is None:
+        prefix = fallback_prefix
     return _Ownership(frozenset(named), prefix), manifest, plan
 
 
@@ -124,7 +187,7 @@ def open_output(out: Path, fingerprint: dict[str, Any], *, overwrite: bool) -> O
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"OUT {out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    owner, manifest, plan = _ownership(out)
+    owner, manifest, plan = _ownership(out, overwrite=overwrite, fallback_prefix=fingerprint.get("prefix"))
     entries = [p.name for p in out.iterdir() if p.name != STATE_DIR]
     foreign = [n for n in entries if owner is None or not owner.owns(n)]
     if foreign:
@@ -140,6 +203,7 @@ def open_output(out: Path, fingerprint: dict[str, Any], *, overwrite: bool) -> O
         if manifest.options != fingerprint:
             raise OutputExistsError(f"{out} holds the finished output of different options "
                                     f"({_differences(manifest.options, fingerprint)}); pass --overwrite to replace it")
+        _check_recorded(out, manifest.shards, "a shard of the finished output")
         finish(out)  # a kill after the manifest may have left the state folder
         return OutputState(finished=manifest)
     if plan is None or not (state_dir(out) / CHECKPOINT_NAME).exists():
@@ -154,14 +218,40 @@ def open_output(out: Path, fingerprint: dict[str, Any], *, overwrite: bool) -> O
     if checkpoint is None:
         raise FormatError(f"{state_dir(out) / CHECKPOINT_NAME}: missing; rerun with --overwrite")
     _tidy(out, checkpoint, entries)
+    _check_recorded(out, checkpoint.shards, "completed before the run stopped")
     return OutputState(plan=plan, checkpoint=checkpoint)
 
 
+def _check_recorded(out: Path, shards: Any, what: str) -> None:
+    """Refuse when a shard recorded as complete is missing, of another size, or without its index sidecar."""
+    for shard in shards:
+        path = out / shard.name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            problem = "is missing"
+        else:
+            problem = None if size == shard.bytes else f"has {size} bytes, {shard.bytes} were written"
+        if problem is None and shard.index and not (out / shard.index).exists():
+            problem = f"has lost its index sidecar {shard.index}"
+        if problem is not None:
+            raise OutputExistsError(f"{path} ({what}) {problem}: OUT was changed after dataprep wrote it; "
+                                    "pass --overwrite to shard RAW again")
+
+
 def _remove_ours(out: Path, entries: list[str]) -> None:
-    """Remove dataprep's files (every entry was checked to be ours) and the state folder."""
+    """Remove dataprep's files (every entry was checked to be ours), then the state folder, then the manifest.
+
+    The records of what is ours go last: a run killed while removing leaves files that the
+    manifest or the checkpoint still names, so its rerun can remove them.
+    """
     for name in entries:
-        (out / name).unlink()
+        if name != MANIFEST_NAME:
+            (out / name).unlink()
+    fsync_dir(out)
     shutil.rmtree(state_dir(out), ignore_errors=True)
+    if MANIFEST_NAME in entries:
+        (out / MANIFEST_NAME).unlink()
     fsync_dir(out)
 
 

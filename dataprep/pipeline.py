@@ -21,7 +21,6 @@ and text, whose cleaning holds the GIL, go to worker processes (``parallel.order
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -33,17 +32,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+import numpy as np
+
 from dataprep.checkpoint import PARTIAL_REJECTS_NAME, SEEN_NAME, Checkpoint, save_checkpoint, state_dir
 from dataprep.clean.images import prepare_threads
-from dataprep.config import ShardConfig
-from dataprep.errors import RejectBudgetError, UsageError, WorkerCrashError
-from dataprep.fsutil import commit_tmp
+from dataprep.config import Engine, ShardConfig
+from dataprep.errors import UsageError, WorkerCrashError
 from dataprep.layouts import IdentityPacker, LayoutHandler, MediaHandler, Result, make_handler, resolve_format
-from dataprep.listing import LISTING_NAME, changes, list_raw, listing_digest, read_listing
-from dataprep.manifest import FORMAT_WDS, REJECTS_NAME, Manifest, ShardInfo, Totals, write_manifest
-from dataprep.outdir import OutputState, check_paths, finish, open_output
+from dataprep.manifest import FORMAT_WDS, ShardInfo, Totals, write_manifest
+from dataprep.outcome import (RunOutcome, already_complete, build_manifest, check_budgets, check_raw_unchanged,
+                              publish_rejects, reject_line)
+from dataprep.outdir import OutputLock, OutputState, check_paths, finish, open_output
 from dataprep.parallel import InFlight, describe_exit, ordered_map, run_forked, threaded_ordered_map
-from dataprep.plan import Plan, PlanInfo, make_plan
+from dataprep.plan import Plan, make_plan
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 from dataprep.report import Progress, Summary
 from dataprep.sources import Layout, choose_layout
@@ -74,13 +75,18 @@ class CleaningThreads:
 
 
 @dataclass(frozen=True)
-class RunOutcome:
-    """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work)."""
+class RangeScope:
+    """A write loop confined to one range, as a task of a range-parallel run (``dataprep.ranges``).
 
-    totals: Totals
-    shards: tuple[ShardInfo, ...]
-    processed: int
-    bytes_out: int
+    index: the range; rejects_path: where its rejects go (the file is started afresh);
+    duplicates: int64 [D], sorted ordinals (0-based, over the range's raw records in plan
+    order) of the records that repeat an earlier record of the plan. Nothing is
+    checkpointed: a task that fails is run again from the range's start.
+    """
+
+    index: int
+    rejects_path: Path
+    duplicates: np.ndarray
 
 
 def clean_item(handler: LayoutHandler, item: Item) -> Result:
@@ -103,18 +109,36 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     """Run ``dataprep shard`` (see the module docstring). Raises DataprepError subclasses."""
     started = time.monotonic()
     raw, out = Path(config.raw), Path(config.out)
+    if config.engine is Engine.RAY:
+        from dataprep.ray_engine import check_reachable, import_ray
+
+        import_ray()  # usage errors (how to install it, a wrong --address) before anything is written
+        check_reachable(config.address)
     check_paths(raw, out)
+    with OutputLock(out):
+        return _shard_locked(config, argv, progress, started)
+
+
+def _shard_locked(config: ShardConfig, argv: tuple[str, ...], progress: Progress | None, started: float) -> Summary:
+    """``shard`` once OUT is this run's alone."""
+    out = Path(config.out)
     state = open_output(out, config.fingerprint(), overwrite=config.overwrite)
     if state.finished is not None:
-        return _already_complete(config, state.finished)
+        return already_complete(config, state.finished)
     plan, checkpoint = _open_plan(config, state)
     output_format = resolve_format(str(config.output_format), plan.layout)
     shown = progress or Progress(None, enabled=False)
     shown.total = len(plan) if plan.layout in (Layout.IMAGE_FOLDER, Layout.GROUPED) else None
-    outcome = _execute(config, plan, output_format, checkpoint, shown)
-    _publish_rejects(out)
-    _check_budgets(config, outcome.totals, out)
-    write_manifest(out, _manifest(config, plan, output_format, outcome, argv))
+    if config.engine is Engine.RAY:
+        outcome = _execute_on_ray(config, plan, output_format, checkpoint, shown)
+    else:
+        if checkpoint.ranges_done:
+            raise UsageError(f"{out} holds a run started with --engine ray ({len(checkpoint.ranges_done)} of "
+                             f"{plan.num_ranges} ranges done); resume it with --engine ray, or pass --overwrite")
+        outcome = _execute(config, plan, output_format, checkpoint, shown)
+    publish_rejects(out)
+    check_budgets(config, outcome.totals, out)
+    write_manifest(out, build_manifest(config, plan, output_format, outcome, argv))
     finish(out)
     elapsed = time.monotonic() - started
     return Summary(
@@ -130,10 +154,11 @@ def _open_plan(config: ShardConfig, state: OutputState) -> tuple[Plan, Checkpoin
     """The saved plan and checkpoint of a run to resume (RAW must be unchanged), or a new plan."""
     out = Path(config.out)
     if state.plan is not None and state.checkpoint is not None:
-        _check_raw_unchanged(config, state.plan, out)
+        check_raw_unchanged(config, state.plan, out)
         return Plan(state_dir(out)), state.checkpoint
     choice = choose_layout(Path(config.raw), config.layout, follow_symlinks=config.follow_symlinks)
     resolve_format(str(config.output_format), choice.layout)  # refuse a bad --format before planning
+    _refuse_table_options(config, choice.layout, choice.reason)
     state_dir(out).mkdir(exist_ok=True)
     try:
         plan = make_plan(config, choice.layout, choice.reason, state_dir(out))
@@ -145,61 +170,49 @@ def _open_plan(config: ShardConfig, state: OutputState) -> tuple[Plan, Checkpoin
     return plan, checkpoint
 
 
-def _manifest(config: ShardConfig, plan: Plan, output_format: str, outcome: RunOutcome, argv: tuple[str, ...]) -> Manifest:
-    handler = make_handler(plan, config.image, config.table, config.text, output_format)
-    return Manifest(
-        format=output_format, layout=str(plan.layout), shards=outcome.shards, totals=outcome.totals, command=argv,
-        options=config.fingerprint(), label_map=plan.info.label_map,
-        schema=_schema_json(handler, output_format, outcome.shards), rejects=REJECTS_NAME,
-        layout_reason=plan.info.layout_reason, raw_listing_sha256=plan.info.listing_sha256,
-    )
-
-
-def _already_complete(config: ShardConfig, m: Manifest) -> Summary:
-    if m.raw_listing_sha256 is not None:
-        now = listing_digest(Path(config.raw), follow_symlinks=config.follow_symlinks)
-        if now != m.raw_listing_sha256:
-            raise UsageError(f"RAW {config.raw} changed since {config.out} was made from it (files added, removed or "
-                             "modified); pass --overwrite to shard it again")
-    return Summary(os.fspath(config.out), m.layout, m.format, m.totals, len(m.shards), sum(s.bytes for s in m.shards),
-                   0.0, 0.0, 0.0, already_complete=True, layout_reason=m.layout_reason)
-
-
-def _check_raw_unchanged(config: ShardConfig, plan: PlanInfo, out: Path) -> None:
-    """Refuse to resume when RAW's listing differs from the plan's, naming what changed."""
-    raw = Path(config.raw)
-    if listing_digest(raw, follow_symlinks=config.follow_symlinks) == plan.listing_sha256:
+def _refuse_table_options(config: ShardConfig, layout: Layout, reason: str) -> None:
+    """Table options over a RAW that is not a table would be ignored: a usage error instead."""
+    if layout is Layout.TABLE:
         return
-    found = changes(read_listing(state_dir(out) / LISTING_NAME), list_raw(raw, follow_symlinks=config.follow_symlinks))
-    raise UsageError(f"RAW {raw} changed since this run was planned ({'; '.join(found) or 'listing differs'}); "
-                     f"resuming would mix two versions of it. Restore RAW, or pass --overwrite to start again from zero")
+    table = config.table
+    given = [flag for flag, value in (("--schema", table.schema), ("--dedup-on", table.dedup_on),
+                                      ("--required", table.required or None)) if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} applies to tables, but RAW {config.raw} is {layout} ({reason}); "
+                         f"leave it out, or pass --layout table if RAW holds tables")
 
 
-def _check_budgets(config: ShardConfig, totals: Totals, out: Path) -> None:
-    """Fail (no manifest; a rerun resumes at the end) on too many rejects or no sample at all."""
-    seen, rejected = totals.inputs_seen, totals.rejected
-    budget = config.max_reject_fraction
-    if budget is not None and seen and rejected / seen > budget:
-        raise RejectBudgetError(
-            f"{rejected:,} of {seen:,} inputs rejected ({rejected / seen:.1%}), more than --max-reject-fraction "
-            f"{budget}; see {out / REJECTS_NAME}. Rerun with a higher fraction to finish"
-        )
-    if totals.samples_kept == 0 and not config.allow_empty:
-        reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(totals.rejected_by_reason.items())) or "none"
-        what = f"all {seen:,} inputs were rejected ({reasons}; see {out / REJECTS_NAME})" if seen else "no input was found"
-        raise RejectBudgetError(f"no sample was kept: {what}. Check RAW and --layout, or pass --allow-empty "
-                                "to accept an empty output")
+def _execute_on_ray(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint,
+                    progress: Progress) -> RunOutcome:
+    """Write the ranges not yet done as Ray tasks (``dataprep.ranges``, ``dataprep.ray_engine``)."""
+    from dataprep.ranges import run_ranges
+    from dataprep.ray_engine import RayExecutor
+
+    with RayExecutor(config.address) as executor:
+        totals, shards, processed, bytes_out = run_ranges(config, plan, output_format, checkpoint, progress, executor)
+    return RunOutcome(totals, shards, processed, bytes_out)
 
 
 def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress) -> RunOutcome:
     """Run the write loop: here, or for media on several workers in a supervised child (module docstring)."""
     if config.workers <= 1 or plan.layout not in (Layout.IMAGE_FOLDER, Layout.GROUPED):
         return _Run(config, plan, output_format, checkpoint, progress).execute()
+    return run_supervised(config, plan, output_format, checkpoint, progress)
+
+
+def run_supervised(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress,
+                   scope: RangeScope | None = None) -> RunOutcome:
+    """Clean media on ``config.workers`` threads in a forked child that writes the shards; survive decoder crashes.
+
+    If the child dies, each input it had in flight is cleaned alone in a process of its
+    own; those that crash again become ``worker_crash`` rejects, and a new child goes on
+    from the last checkpoint (with ``scope``: from the start of its range, written again).
+    """
     in_flight = InFlight(config.workers * THREAD_WINDOW_PER_WORKER)
     crashed: dict[int, Reject] = {}
     out = Path(config.out)
     while True:
-        run = _Run(config, plan, output_format, checkpoint, progress, CleaningThreads(in_flight, dict(crashed)))
+        run = _Run(config, plan, output_format, checkpoint, progress, CleaningThreads(in_flight, dict(crashed)), scope)
         forked = run_forked(run.execute)
         if not forked.died:
             return forked.result()
@@ -219,9 +232,24 @@ def _execute(config: ShardConfig, plan: Plan, output_format: str, checkpoint: Ch
         for reject in culprits.values():
             log.warning("%s: %s; rejected (worker_crash), the run resumes from its last complete shard",
                         reject.source, reject.detail)
-        # Tidy what the dead child left (its open shard, rejects past its last checkpoint).
-        state = open_output(out, config.fingerprint(), overwrite=False)
-        checkpoint = state.checkpoint or checkpoint
+        if scope is None:
+            # Tidy what the dead child left (its open shard, rejects past its last checkpoint).
+            state = open_output(out, config.fingerprint(), overwrite=False)
+            checkpoint = state.checkpoint or checkpoint
+
+
+def write_one_range(config: ShardConfig, plan: Plan, output_format: str, scope: RangeScope) -> RunOutcome:
+    """Write range ``scope.index`` whole, on its own (a task of a range-parallel run; ``dataprep.ranges``).
+
+    Media are cleaned on ``config.workers`` threads in a supervised child, so an input
+    that crashes its decoder becomes a ``worker_crash`` reject as in a local run.
+    """
+    start, _ = plan.range_bounds(scope.index)
+    checkpoint = Checkpoint(range=scope.index, position=start)
+    progress = Progress(None, enabled=False)
+    if plan.layout in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+        return run_supervised(config, plan, output_format, checkpoint, progress, scope)
+    return _Run(config, plan, output_format, checkpoint, progress, scope=scope).execute()
 
 
 def _crash_culprits(handler: LayoutHandler, plan: Plan, positions: list[int]) -> dict[int, Reject]:
@@ -241,10 +269,11 @@ class _Run:
     """The write loop of one run: plan ranges -> results in plan order -> rejects file, writers, checkpoints."""
 
     def __init__(self, config: ShardConfig, plan: Plan, output_format: str, checkpoint: Checkpoint, progress: Progress,
-                 threads: CleaningThreads | None = None) -> None:
+                 threads: CleaningThreads | None = None, scope: RangeScope | None = None) -> None:
         self.config, self.plan, self.format, self.checkpoint, self.progress = config, plan, output_format, checkpoint, progress
         self.handler = make_handler(plan, config.image, config.table, config.text, output_format)
         self.threads = threads
+        self.scope = scope
         self.out = Path(config.out)
         self.counts: Counter[str] = Counter(checkpoint.totals.rejected_by_reason)
         self.kept = checkpoint.totals.samples_kept
@@ -260,10 +289,12 @@ class _Run:
         self.bytes_out = 0
 
     def execute(self) -> RunOutcome:
-        rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME
+        scope = self.scope
+        rejects_path = state_dir(self.out) / PARTIAL_REJECTS_NAME if scope is None else scope.rejects_path
+        indices = range(self.checkpoint.range, self.plan.num_ranges) if scope is None else [scope.index]
         try:
-            with open(rejects_path, "ab") as rejects:
-                for index in range(self.checkpoint.range, self.plan.num_ranges):
+            with open(rejects_path, "ab" if scope is None else "wb") as rejects:
+                for index in indices:
                     self._write_range(index, rejects)
         finally:
             if self.seen is not None:
@@ -321,10 +352,8 @@ class _Run:
 
     def _consume(self, tag: Tag, result: Result, writer: ShardWriter, rejects: BinaryIO, index: int) -> None:
         self.processed += 1
-        if not isinstance(result, Reject):
-            digest = self.handler.dedup_digest(result)
-            if digest is not None and self._seen().first(digest, self.records_done) is not None:
-                result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
+        if not isinstance(result, Reject) and self._is_duplicate(result):
+            result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
         if isinstance(result, Reject):
             self.counts[str(result.reason)] += 1
             rejects.write(reject_line(result))
@@ -335,6 +364,15 @@ class _Run:
         self.records_done += 1
         self.cursor = self._after(tag)
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out)
+
+    def _is_duplicate(self, result: CleanRecord | EncodedSample) -> bool:
+        """Whether the kept record just cleaned repeats an earlier one of the plan (first in plan order wins)."""
+        if self.scope is not None:  # found beforehand, across ranges (dataprep.ranges)
+            dups = self.scope.duplicates
+            at = int(np.searchsorted(dups, self.records_done))
+            return at < len(dups) and int(dups[at]) == self.records_done
+        digest = self.handler.dedup_digest(result)
+        return digest is not None and self._seen().first(digest, self.records_done) is not None
 
     def _after(self, tag: Tag) -> Tag:
         """The cursor just past the raw record at ``tag`` (a media unit is one raw record)."""
@@ -364,7 +402,8 @@ class _Run:
         self.next_shard += len(closed)
         self.bytes_out += sum(s.bytes for s in closed)
         rejects.flush()
-        os.fsync(rejects.fileno())
+        if self.scope is None:
+            os.fsync(rejects.fileno())
         if self.seen is not None:
             self.seen.commit()
         rejected = sum(self.counts.values())
@@ -374,7 +413,8 @@ class _Run:
         self.checkpoint = replace(self.checkpoint, range=index, next_shard=next_shard, position=cursor[0], skip=cursor[1],
                                   records_done=records_done, rejects_bytes=rejects.tell(), totals=totals,
                                   shards=tuple(self.shards), carry=self.packer.state_dict())
-        save_checkpoint(self.out, self.checkpoint)
+        if self.scope is None:
+            save_checkpoint(self.out, self.checkpoint)
 
     def _seen(self) -> SeenSet:
         if self.seen is None:
@@ -395,22 +435,6 @@ class _Run:
                                   row_group_bytes=c.row_group_bytes, start_shard=next_shard)
 
 
-def _schema_json(handler: LayoutHandler, output_format: str, shards: tuple[ShardInfo, ...]) -> list[dict[str, str]]:
-    if output_format != FORMAT_WDS:
-        return [{"name": f.name, "type": str(f.type)} for f in handler.parquet_schema()]
-    fields = sorted({f for s in shards for f in s.fields})
-    return [{"name": f, "type": "int64" if f == "cls" else "binary"} for f in fields]
-
-
-def reject_line(reject: Reject) -> bytes:
-    """One line of rejects.jsonl: UTF-8 JSON; names that are not UTF-8 keep their bytes as \\udcXX escapes."""
-    doc = reject.to_json()
-    try:
-        return json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate from surrogateescape: os.fsencode restores the bytes
-        return json.dumps(doc).encode("ascii") + b"\n"
-
-
 def crash_reject(item: Item, exit_status: int | None) -> Reject:
     """The reject of an input whose cleaning killed its worker process (run alone to be sure)."""
     if isinstance(item, Reject):
@@ -422,7 +446,3 @@ def crash_reject(item: Item, exit_status: int | None) -> Reject:
 def _row_of(record: CleanRecord | EncodedSample) -> int | None:
     row = record.fields.get("__row__") if isinstance(record, CleanRecord) else None
     return row if isinstance(row, int) else None
-
-
-def _publish_rejects(out: Path) -> None:
-    commit_tmp(state_dir(out) / PARTIAL_REJECTS_NAME, out / REJECTS_NAME)

@@ -26,8 +26,8 @@ Units by layout:
 A *range* is a run of consecutive positions holding about ``range_bytes`` of input. A
 range is written on its own (its shards are numbered within the range, nothing carries
 over from the range before), so its output depends only on the plan and the range: the
-unit of work a multi-node run hands out. Memory: ~30 bytes per unit (numpy arrays); the
-units themselves stay on disk.
+unit of work a multi-node run hands out. Memory: the arrays are memory-mapped (~30 bytes
+per unit on disk, paged in as read); the units themselves stay on disk.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataprep.clean.tables import TABLE_SUFFIXES, infer_schema, iter_table_rows
 from dataprep.config import ShardConfig
 from dataprep.errors import FormatError, UsageError
 from dataprep.fsutil import atomic_write_bytes
-from dataprep.listing import LISTING_NAME, write_listing
+from dataprep.listing import LISTING_NAME, excluded_by, write_listing
 from dataprep.records import RawRecord, Reject, RejectReason
 from dataprep.duplicates import find_duplicates, image_size
 from dataprep.sources import TEXT_EXTENSIONS, KeyAssigner, Layout, RawFile, extension, media_records, walk_files
@@ -130,10 +130,11 @@ class Plan:
         self.directory = directory
         self.info = PlanInfo.from_path(directory / PLAN_NAME)
         try:
-            self.offsets = np.load(directory / OFFSETS_NAME)
-            self.order = np.load(directory / ORDER_NAME)
-            self.unit_bytes = np.load(directory / BYTES_NAME)
-            self.range_starts = np.load(directory / RANGES_NAME)
+            # Memory-mapped: a range task on another node pages in only its range's part.
+            self.offsets = np.load(directory / OFFSETS_NAME, mmap_mode="r")
+            self.order = np.load(directory / ORDER_NAME, mmap_mode="r")
+            self.unit_bytes = np.load(directory / BYTES_NAME, mmap_mode="r")
+            self.range_starts = np.load(directory / RANGES_NAME, mmap_mode="r")
             self.replaced: dict[int, Reject] = pickle.loads((directory / REPLACED_NAME).read_bytes())
         except (OSError, ValueError, pickle.UnpicklingError) as err:
             raise FormatError(f"{directory}: damaged plan ({err!r}); rerun with --overwrite to plan again") from err
@@ -192,11 +193,15 @@ def is_planned(directory: Path) -> bool:
 def make_plan(config: ShardConfig, layout: Layout, layout_reason: str, directory: Path) -> Plan:
     """Build the plan of ``config`` into ``directory`` (see the module docstring) and read it back."""
     raw = Path(config.raw)
-    listing_sha256 = write_listing(raw, directory / LISTING_NAME, follow_symlinks=config.follow_symlinks)
+    listing_sha256 = write_listing(raw, directory / LISTING_NAME, follow_symlinks=config.follow_symlinks,
+                                   exclude=Path(config.out))
+    skip = excluded_by(raw, Path(config.out), follow_symlinks=config.follow_symlinks)
     label_map: dict[str, int] | None = None
     table_schema: dict[str, str] | None = None
     if layout in (Layout.IMAGE_FOLDER, Layout.GROUPED):
         units = media_records(raw, layout, follow_symlinks=config.follow_symlinks)
+        if skip is not None:  # dataprep's own output, reached through a symlink, is never an input
+            units = (u for u in units if not skip(u.source))
         offsets, sizes, labels = _spill(units, directory / UNITS_NAME, check_label=layout is Layout.IMAGE_FOLDER)
         if layout is Layout.IMAGE_FOLDER:
             label_map = {name: i for i, name in enumerate(sorted(labels))}
@@ -274,8 +279,11 @@ def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
     raw = Path(config.raw)
     if raw.is_file():
         yield RawFile(raw.name, os.fspath(raw), raw.stat().st_size)
-    else:
-        yield from walk_files(raw, follow_symlinks=config.follow_symlinks)
+        return
+    skip = excluded_by(raw, Path(config.out), follow_symlinks=config.follow_symlinks)
+    for item in walk_files(raw, follow_symlinks=config.follow_symlinks):
+        if skip is None or not skip(item.source if isinstance(item, Reject) else item.rel):
+            yield item
 
 
 def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterator[FilePart | Reject]:

@@ -106,6 +106,21 @@ class Progress:
         )
         self.stream.flush()
 
+    def ranges(self, done: int, total: int, totals: Totals, *, force: bool = False) -> None:
+        """The line of a range-parallel run: ranges completed across the cluster, and their samples."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        elapsed = max(now - self.start, 1e-9)
+        self.stream.write(
+            f"\rranges {done:,}/{total:,}  samples {totals.samples_kept:,}  rejects {totals.rejected:,}  "
+            f"inputs {totals.inputs_seen:,}  {totals.inputs_seen / elapsed:,.0f} inputs/s   "
+        )
+        self.stream.flush()
+
     def close(self) -> None:
         if self.enabled:
             self.stream.write("\n")

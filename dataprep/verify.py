@@ -8,7 +8,10 @@ there is nothing to check against.
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,7 @@ from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, Manifest, ShardInfo, r
 
 ShardCallback = Callable[[str, int], None]
 _LINE_CHUNK = 1 << 20
+_SHARD_SUFFIXES = (".tar", ".tar.idx", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,24 @@ def verify(out_dir: Path, *, check_index: bool = True, on_shard: ShardCallback |
         if on_shard is not None:
             on_shard(info.name, size)
     problems.extend(check_totals(manifest, out))
+    problems.extend(_stray_shards(out, manifest))
     return VerifyReport(checked, samples, total_bytes, tuple(problems))
+
+
+def _stray_shards(out: Path, manifest: Manifest) -> list[str]:
+    """Shard-like files in OUT that the manifest does not name (a reader globbing the folder would take them)."""
+    named = {s.name for s in manifest.shards} | {s.index for s in manifest.shards if s.index}
+    pattern = manifest.options.get("pattern") if manifest.layout == "adopted" else None
+    problems = []
+    for path in sorted(out.iterdir()):
+        name = path.name
+        if name in named or name.startswith(".") or not path.is_file():
+            continue
+        shard_like = name.endswith(_SHARD_SUFFIXES) or (isinstance(pattern, str) and fnmatch.fnmatch(name, pattern))
+        if shard_like:
+            problems.append(f"{name}: a shard file in {out} that the manifest does not name (a stray copy or a "
+                            "leftover: readers that list the folder would take it); remove it or rerun the shard command")
+    return problems
 
 
 def _shard_path(out: Path, name: str) -> Path | None:
@@ -174,11 +195,35 @@ def check_totals(manifest: Manifest, out_dir: Path) -> list[str]:
         rejects = _shard_path(Path(out_dir), manifest.rejects)
         if rejects is None:
             problems.append(f"rejects: {manifest.rejects!r} is not a plain file name")
-        elif rejects.is_file():
-            lines = count_lines(rejects)
-            if lines != t.rejected:
-                problems.append(f"{manifest.rejects}: {lines} lines, totals.rejected is {t.rejected}")
+        elif not rejects.is_file():
+            problems.append(f"{manifest.rejects}: missing from {out_dir} (the manifest counts {t.rejected} rejects); "
+                            "it cannot be rebuilt: rerun `dataprep shard` with --overwrite to make it again")
+        else:
+            problems.extend(_check_rejects(rejects, manifest.rejects, t.rejected, t.rejected_by_reason))
     return problems
+
+
+def _check_rejects(path: Path, name: str, rejected: int, by_reason: dict[str, int]) -> list[str]:
+    """The rejects file against the totals: one JSON line per reject, counts by reason equal."""
+    counts: Counter[str] = Counter()
+    lines = 0
+    malformed: str | None = None
+    with open(path, "rb") as f:
+        for lines, line in enumerate(f, 1):
+            try:
+                counts[str(json.loads(line)["reason"])] += 1
+            except (ValueError, KeyError, TypeError):
+                if malformed is None:
+                    malformed = f"{name}: line {lines} is not a reject record (JSON with a 'reason'): {line[:80]!r}"
+    if lines != rejected:
+        return [f"{name}: {lines} lines, totals.rejected is {rejected}"]
+    if malformed is not None:
+        return [malformed]
+    if by_reason and dict(counts) != {r: n for r, n in by_reason.items() if n}:
+        differing = sorted(r for r in counts.keys() | by_reason.keys() if counts.get(r, 0) != by_reason.get(r, 0))
+        shown = ", ".join(f"{r}: {counts.get(r, 0)} in the file, {by_reason.get(r, 0)} in the manifest" for r in differing)
+        return [f"{name}: rejects by reason differ from the manifest ({shown})"]
+    return []
 
 
 def count_lines(path: str | os.PathLike[str]) -> int:

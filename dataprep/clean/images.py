@@ -92,7 +92,8 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
     Output fields (bytes): "jpg" or "png" (the image, RGB), "cls" (ASCII decimal of
     ``label_index``, when given), "txt" (UTF-8 sidecar text, NFC), "json" (UTF-8 JSON
     object, sorted keys: the sidecar .json object, else label/width/height of the output
-    image; "__source__" = ``raw.source`` in both), and every other sidecar field unchanged.
+    image; "__source__" = ``raw.source`` in both, and a sidecar's "label", "width" or
+    "height" replaced by the sample's own), and every other sidecar field unchanged.
     """
     try:
         image_field = _image_field(raw)
@@ -105,7 +106,12 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
         fields: dict[str, object] = {out_field: encoded}
         if label_index is not None:
             fields["cls"] = str(label_index).encode("ascii")
-        doc = dict(user_json) if user_json is not None else _default_json(raw, width, height)
+        generated = _default_json(raw, width, height)
+        if user_json is None:
+            doc = generated
+        else:  # the user's object, but what dataprep knows about the sample is never contradicted
+            doc = dict(user_json)
+            doc.update({key: value for key, value in generated.items() if key in doc})
         doc["__source__"] = raw.source
         fields["json"] = _dump_json(doc)
         for name, value in sidecars.items():

@@ -88,3 +88,28 @@ def test_existing_manifest_of_another_layout_is_not_overwritten(tmp_path: Path) 
     with pytest.raises(OutputExistsError, match="layout 'image-folder'"):
         adopt(tmp_path)
     assert read_manifest(tmp_path).layout == "image-folder"
+
+
+def test_an_unfinished_shard_run_is_not_adopted(tmp_path: Path, capsys) -> None:
+    """`dataprep index` over an OUT that `dataprep shard` has not finished (here stopped by its reject
+    budget, shards written, no manifest) refuses, writes nothing, and the shard run still finishes."""
+    from PIL import Image
+
+    from dataprep.cli import main
+
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    for i in range(6):
+        (raw / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40), (i * 40, 90, 20)).save(raw / f"c{i % 2}" / f"{i}.jpg")
+    (raw / "c0" / "broken.jpg").write_bytes(b"not a jpeg")
+    shard = ["shard", str(raw), str(out), "--workers", "1", "--samples-per-shard", "2"]
+    assert main([*shard, "--max-reject-fraction", "0"]) == 1
+    assert list(out.glob("*.tar")) and (out / ".dataprep").is_dir()
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["index", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unfinished `dataprep shard` run" in err and "rerunning the same `dataprep shard` command" in err, err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert main(shard) == 0
+    assert verify(out).ok

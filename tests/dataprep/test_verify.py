@@ -147,3 +147,30 @@ def test_verify_writes_nothing(tmp_path: Path) -> None:
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert verify(tmp_path).ok
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_missing_or_edited_rejects_file_is_a_problem(tmp_path: Path) -> None:
+    """The rejects file is part of the output: deleted, or with a reason edited, verify says so."""
+    make_output(tmp_path, rejected=3)
+    rejects = tmp_path / "rejects.jsonl"
+    text = rejects.read_text()
+    rejects.write_text(text.replace('"truncated"', '"corrupt"', 1))
+    assert verify(tmp_path).problems == ("rejects.jsonl: rejects by reason differ from the manifest "
+                                         "(corrupt: 1 in the file, 0 in the manifest, truncated: 2 in the file, "
+                                         "3 in the manifest)",)
+    rejects.write_text("\n".join(["not json", *text.splitlines()[1:]]) + "\n")
+    assert verify(tmp_path).problems == ("rejects.jsonl: line 1 is not a reject record (JSON with a 'reason'): b'not json\\n'",)
+    rejects.unlink()
+    problems = verify(tmp_path).problems
+    assert len(problems) == 1 and "rejects.jsonl: missing" in problems[0] and "3 rejects" in problems[0]
+
+
+def test_a_shard_file_the_manifest_does_not_name_is_a_problem(tmp_path: Path) -> None:
+    """A stray copy of a shard in OUT would be read by a loader that lists the folder: verify names it."""
+    make_output(tmp_path)
+    first = sorted(tmp_path.glob("*.tar"))[0]
+    (tmp_path / "notes.txt").write_text("the user's own file: not a shard, not a problem")
+    assert verify(tmp_path).ok
+    (tmp_path / "shard-000099.tar").write_bytes(first.read_bytes())
+    problems = verify(tmp_path).problems
+    assert len(problems) == 1 and problems[0].startswith("shard-000099.tar: a shard file") and "does not name" in problems[0]

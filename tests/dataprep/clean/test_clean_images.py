@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import unicodedata
@@ -331,3 +332,12 @@ def test_undecodable_source_name_still_gives_valid_utf8_json(record: MakeRecord)
     raw = record({"jpg": jpeg_bytes()}, source=source)
     doc = json.loads(kept(clean_image(raw, SMALL, None)).fields["json"].decode("utf-8"))
     assert doc["__source__"] == source
+
+
+def test_a_json_sidecar_never_contradicts_the_sample(record: MakeRecord) -> None:
+    """A sidecar's label, width, height and __source__ are the sample's own; its other keys are kept."""
+    raw = record({"jpg": jpeg_bytes(), "json": b'{"__source__": "dog/1.jpg", "label": "dog", "width": 5, "height": 7, "caption": "a cat"}'}, label="cat")
+    result = kept(clean_image(raw, SMALL, 2))
+    doc = json.loads(result.fields["json"])
+    width, height = Image.open(io.BytesIO(result.fields["jpg"])).size
+    assert doc == {"__source__": "cat/img.jpg", "label": "cat", "width": width, "height": height, "caption": "a cat"}
