@@ -92,33 +92,33 @@ class Progress:
         self._last = 0.0
 
     def update(self, done: int, rejected: int, nbytes: int, *, force: bool = False) -> None:
-        if not self.enabled:
+        elapsed = self._due(force)
+        if elapsed is None:
             return
-        now = time.monotonic()
-        if not force and now - self._last < self.interval_s:
-            return
-        self._last = now
-        elapsed = max(now - self.start, 1e-9)
         of_total = f"/{self.total:,}" if self.total is not None else ""
-        self.stream.write(
-            f"\r{done:,}{of_total} inputs  {done / elapsed:,.0f} samples/s  "
-            f"{nbytes / elapsed / 1e6:,.1f} MB/s  rejects {rejected:,}   "
-        )
-        self.stream.flush()
+        self._redraw(f"{done:,}{of_total} inputs  {done / elapsed:,.0f} samples/s  "
+                     f"{nbytes / elapsed / 1e6:,.1f} MB/s  rejects {rejected:,}   ")
 
     def ranges(self, done: int, total: int, totals: Totals, *, force: bool = False) -> None:
         """The line of a range-parallel run: ranges completed across the cluster, and their samples."""
-        if not self.enabled:
+        elapsed = self._due(force)
+        if elapsed is None:
             return
+        self._redraw(f"ranges {done:,}/{total:,}  samples {totals.samples_kept:,}  rejects {totals.rejected:,}  "
+                     f"inputs {totals.inputs_seen:,}  {totals.inputs_seen / elapsed:,.0f} inputs/s   ")
+
+    def _due(self, force: bool) -> float | None:
+        """Seconds since the start when the line is to be redrawn now (enabled, and forced or not drawn recently), else None."""
+        if not self.enabled:
+            return None
         now = time.monotonic()
         if not force and now - self._last < self.interval_s:
-            return
+            return None
         self._last = now
-        elapsed = max(now - self.start, 1e-9)
-        self.stream.write(
-            f"\rranges {done:,}/{total:,}  samples {totals.samples_kept:,}  rejects {totals.rejected:,}  "
-            f"inputs {totals.inputs_seen:,}  {totals.inputs_seen / elapsed:,.0f} inputs/s   "
-        )
+        return max(now - self.start, 1e-9)
+
+    def _redraw(self, line: str) -> None:
+        self.stream.write("\r" + line)
         self.stream.flush()
 
     def close(self) -> None:
