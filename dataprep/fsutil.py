@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import uuid
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
@@ -31,6 +32,16 @@ def tmp_path_for(path: str | os.PathLike[str]) -> Path:
     """The temporary name a file is written under before it is renamed to ``path``."""
     final = Path(path)
     return final.with_name(f".{final.name}{TMP_SUFFIX}")
+
+
+def unique_tmp_path_for(path: str | os.PathLike[str]) -> Path:
+    """A temporary name for ``path`` that no other writer uses: ``.NAME.TOKEN.tmp`` (TOKEN: 32 hex digits).
+
+    For files that two processes may write at once (a stale task of a killed driver and
+    its rerun): each writes its own file, and the renames replace a complete file.
+    """
+    final = Path(path)
+    return final.with_name(f".{final.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:

@@ -2,7 +2,11 @@
 
 A finished OUT holds shards, their index sidecars, ``rejects.jsonl`` and ``manifest.json``.
 While a run is in progress it also holds ``.dataprep/`` (plan, checkpoint, partial rejects,
-duplicate set) and at most one shard under its temporary name.
+duplicate set) and at most one shard under its temporary name. A range-parallel run
+(``--engine ray``) writes every attempt at a range in a folder of its own in
+``.dataprep/ranges/attempts/`` and only its driver moves shards into OUT, so OUT itself
+holds no temporary shard of it; a file written under a temporary name unique to its
+writer (``fsutil.unique_tmp_path_for``: ``.NAME.TOKEN.tmp``) is recognised like ``.NAME.tmp``.
 
 Nothing else is ever removed. ``--overwrite`` removes only files dataprep wrote (those the
 manifest or the checkpoint names, shards of the run's own prefix written after its last
@@ -116,8 +120,14 @@ def shard_pattern(prefix: str) -> re.Pattern[str]:
     return re.compile(rf"{re.escape(prefix)}-\d{{5}}-\d{{6}}\.(tar|tar\.idx|parquet)")
 
 
+_UNIQUE_TMP = re.compile(rf"\.(.+)\.[0-9a-f]{{32}}{re.escape(TMP_SUFFIX)}")
+
+
 def _final_name(name: str) -> str:
-    """The final name of a temporary file (``.x.tmp`` -> ``x``), else ``name``."""
+    """The final name of a temporary file (``.x.tmp`` or ``.x.TOKEN.tmp`` -> ``x``), else ``name``."""
+    unique = _UNIQUE_TMP.fullmatch(name)
+    if unique is not None:
+        return unique.group(1)
     if name.startswith(".") and name.endswith(TMP_SUFFIX):
         return name[1 : -len(TMP_SUFFIX)]
     return name

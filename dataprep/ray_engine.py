@@ -4,8 +4,9 @@ The driver connects to a running cluster (``--address``, or ``RAY_ADDRESS``), or
 a local one that it shuts down at the end; if Ray is already initialised in this
 process it is used as it is. Each range is one task of one CPU; a task whose worker
 process or node dies is run again by Ray (``TASK_RETRIES``), which is safe because a
-range task writes the same bytes every time; so is a task whose writing child process
-died while no input was to blame. Ray is optional: without it ``--engine ray``
+range task writes into a folder of its own attempt and only the driver publishes the
+attempt whose result it got (``dataprep.ranges``: a stale or duplicate attempt changes
+nothing); so is a task whose writing child process died while no input was to blame. Ray is optional: without it ``--engine ray``
 is a usage error that says how to install it.
 """
 

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from dataprep.fsutil import atomic_write_bytes, commit_tmp, tmp_path_for
+from dataprep.fsutil import commit_tmp, unique_tmp_path_for
 
 
 class OutputStore(Protocol):
@@ -47,7 +47,11 @@ class OutputStore(Protocol):
 
 
 class LocalStore:
-    """OUT as a folder of a (shared) filesystem; writes are temp file -> fsync -> rename."""
+    """OUT as a folder of a (shared) filesystem; writes are temp file -> fsync -> rename.
+
+    The temporary name is unique to the writer (``unique_tmp_path_for``): a stale task of a
+    killed driver writing the same name never shares the file a live task is writing.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -65,20 +69,23 @@ class LocalStore:
         return self._path(name).read_bytes()
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        path = self._path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, data)
+        with self.writer(name) as f:
+            f.write(data)
 
     @contextmanager
     def writer(self, name: str) -> Iterator[BinaryIO]:
         final = self._path(name)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_path_for(final)
-        with open(tmp, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        commit_tmp(tmp, final)
+        tmp = unique_tmp_path_for(final)
+        try:
+            with open(tmp, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            commit_tmp(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def open_read(self, name: str) -> BinaryIO:
         return open(self._path(name), "rb")
