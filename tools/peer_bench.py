@@ -2,7 +2,7 @@
 
     python -m tools.peer_bench [--images 2000 | --raw DIR] [--workers 2] [--batch-size 64]
         [--rounds 9] [--batches N] [--rows stock-uint8,stock-float32,ours-fused,ours-pil]
-        [--ceiling-images 64] [--seed 0] [--smoke] [--json [PATH]] [--plot PATH]
+        [--ceiling-images 1000] [--seed 0] [--smoke] [--json [PATH]] [--plot PATH]
 
 Same bytes: the raw tree (``--raw DIR``, or ``--images`` photo-like JPEGs made by
 ``dataprep.synthetic`` in a temporary directory) is sharded once by ``dataprep shard``
@@ -32,7 +32,7 @@ share of the ceiling, and CPU ms per image over whole epochs (start-up included)
 (workers are not persistent, so each epoch's are joined before the reading). The
 ceiling: one core's rate of the full PIL decode + crop + resize + flip (``PilCrop``,
 uint8) on ``--ceiling-images`` images held in RAM, measured in the same run (best of 3
-passes), times the cores used (min(workers, cores available), at least 1). The fused
+passes of CPU time), times the cores used (min(workers, cores available), at least 1). The fused
 row decodes less (DCT scaling), so it may pass 100 % of this ceiling; its own one-core
 rate is reported beside it.
 
@@ -67,7 +67,7 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "OURS_FUSED", "OURS_PIL", "REFERENCE
 TOOL = "peer_bench"
 SPECIALS_PER_CHUNK = 12  # dataprep.synthetic's special variants per tree, dropped by make_raw_images
 SMOKE = {"images": 40, "rounds": 1, "batch_size": 8, "ceiling_images": 8}
-DEFAULTS = {"images": 2000, "rounds": 9, "batch_size": 64, "ceiling_images": 64}
+DEFAULTS = {"images": 2000, "rounds": 9, "batch_size": 64, "ceiling_images": 1000}
 
 
 # ---------------------------------------------------------------- configuration and results
@@ -83,7 +83,7 @@ class BenchConfig:
     batch_size: int = 64
     rounds: int = 9
     batches: int | None = None
-    ceiling_images: int = 64
+    ceiling_images: int = 1000
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -231,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 9; --smoke 1)")
     parser.add_argument("--batches", type=int, help="at most this many batches per epoch (default: whole epochs)")
     parser.add_argument("--rows", type=_rows, default=ROWS, help=f"rows to run, comma-separated (default {','.join(ROWS)})")
-    parser.add_argument("--ceiling-images", type=int, help="images timed for the ceiling (default 64; --smoke 8)")
+    parser.add_argument("--ceiling-images", type=int, help="images timed for the ceiling, spread over the dataset (default 1000; --smoke 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order and the crops (default 0)")
     parser.add_argument("--smoke", action="store_true", help="tiny run of seconds (40 images, 1 round, batches of 8)")
     add_output_args(parser, plot="a bar chart of img/s per row as PNG")
