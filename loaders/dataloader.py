@@ -257,11 +257,24 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"'epoch' must be a non-negative int (got {epoch!r} that is a {type(epoch).__name__})")
+        last = self._run
         self._end_iteration()
+        self._undo_probe(last)  # a probe before set_epoch (a shape check after a resume) moves nothing
         progress = self._progress
+        if progress.is_just_after(epoch) and (total := self._batches_per_epoch()) is not None:
+            # Saved right after this epoch's last batch: what is left of it is nothing (the
+            # next pass yields no batch and ends it), not the whole epoch again.
+            progress.epoch, progress.position = epoch, total
+            return
         if progress.epoch == epoch and (progress.resume_pending or (progress.position == 0 and not progress.ahead)):
             return
         progress.next_epoch(epoch)
+
+    def _batches_per_epoch(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:  # a sampler or iterable without a length
+            return None
 
     # ------------------------------------------------------------ iteration
 
@@ -279,16 +292,22 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         if current is not None and last is not None and not (last.finished or last.closed):
             return Run(last.start.snapshot(), primary=False)  # the running pass stays the loader's
         if last is not None and not last.finished and self._progress.epoch == last.start.epoch:
-            if last.is_probe:  # a peek or a shape probe: the epoch starts over from where it did
-                self._progress = last.start.snapshot()
-                self._failures.load_state_dict(last.failures)
-                if self._plan is not None:
-                    self._plan.restart_epoch(last.start.epoch)
-            else:  # abandoned part-way: it counts as an epoch, as a new pass of the stock loader would
+            if not self._undo_probe(last):  # abandoned part-way: it counts as an epoch, as a new stock pass would
                 self._progress.next_epoch()
         run = Run(self._progress.snapshot(), failures=self._failures.state_dict(self._progress.epoch))
         self._run = run
         return run
+
+    def _undo_probe(self, run: Run | None) -> bool:
+        """If ``run`` was a probe (abandoned after at most one batch of this epoch: a peek, a shape
+        probe), undo it: the epoch starts over from where the probe did. True if undone."""
+        if run is None or not run.is_probe or self._progress.epoch != run.start.epoch:
+            return False
+        self._progress = run.start.snapshot()
+        self._failures.load_state_dict(run.failures)
+        if self._plan is not None:
+            self._plan.restart_epoch(run.start.epoch)
+        return True
 
     def _end_iteration(self) -> None:
         """Stop the running primary iteration (it moves nothing from now on)."""

@@ -151,7 +151,7 @@ def _drive(loader: DataLoader[Any], run: Run, epoch: int, source: Iterable[tuple
         failures.record(delivery, epoch_samples)
         progress.receive(delivery)
         if total is not None and progress.epoch == epoch and progress.position >= total:
-            progress.next_epoch()  # the last batch is in hand: a state saved now starts the next epoch
+            progress.finish_epoch()  # the last batch is in hand: a state saved now starts the next epoch
 
     failed = False
     try:
@@ -163,7 +163,7 @@ def _drive(loader: DataLoader[Any], run: Run, epoch: int, source: Iterable[tuple
             account(deliveries.popleft())
         run.finished = True
         if run.primary and progress.epoch == epoch:
-            progress.next_epoch()  # the epoch's length was unknown (iterable dataset, sampler without len)
+            progress.finish_epoch()  # the epoch's length was unknown (iterable dataset, sampler without len)
     except Exception:
         failed = True
         raise

@@ -8,7 +8,7 @@ names, one key per stage that holds state::
     {"version": 2, "epoch": 3, "position": 17, "ahead": [],
      "seed": 11, "batch_size": 32, "dataset_len": 50000,
      "plan": {"sampler": None, "world_size": 8}, "failures": {"epoch": 3, "skipped": 0},
-     "accounting": {"samples_seen": 10112}}
+     "accounting": {"samples_seen": 10112, "completed_epoch": None}}
 
 A packing or mixture stage would add its own key (its leftover tokens, its mixture
 position) beside ``plan``; ``check_state`` refuses a state the loader cannot honour.
@@ -27,6 +27,7 @@ __all__ = [
     "KEY_ACCOUNTING",
     "KEY_AHEAD",
     "KEY_BATCH_SIZE",
+    "KEY_COMPLETED",
     "KEY_DATASET_LEN",
     "KEY_EPOCH",
     "KEY_FAILURES",
@@ -54,6 +55,7 @@ KEY_PLAN = "plan"
 KEY_FAILURES = "failures"
 KEY_ACCOUNTING = "accounting"
 KEY_SAMPLES_SEEN = "samples_seen"
+KEY_COMPLETED = "completed_epoch"  # in the accounting nest: the epoch whose last batch moved us here, else None
 STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_AHEAD, KEY_SEED, KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_PLAN,
               KEY_FAILURES, KEY_ACCOUNTING)
 
@@ -77,6 +79,7 @@ class Progress:
     ahead: set[int] = field(default_factory=set)  # received past the prefix (in_order=False)
     samples_seen: int = 0  # samples received in batches, all epochs
     resume_pending: bool = False  # loaded from a state: the next iteration continues `epoch`
+    completed: int | None = None  # the epoch whose last batch started this one (position 0), else None
 
     def snapshot(self) -> Progress:
         """A copy, to return to when an iteration turns out to have been a probe."""
@@ -84,6 +87,8 @@ class Progress:
 
     def receive(self, delivery: Delivery) -> None:
         """Record the batches of ``delivery`` as handed to the training loop."""
+        if delivery.positions:
+            self.completed = None  # reading this epoch now: no longer just after the last one
         for position in delivery.positions:
             if position < 0:  # iterable dataset: batches arrive in order, unnumbered
                 self.position += 1
@@ -97,18 +102,34 @@ class Progress:
     def next_epoch(self, epoch: int | None = None) -> None:
         """Start ``epoch`` (default: the next one) from its first batch."""
         self.epoch = self.epoch + 1 if epoch is None else epoch
-        self.position, self.ahead, self.resume_pending = 0, set(), False
+        self.position, self.ahead, self.resume_pending, self.completed = 0, set(), False, None
+
+    def finish_epoch(self) -> None:
+        """The last batch of the epoch is in hand: start the next one, remembering which one ended.
+
+        A state saved now says "epoch e + 1, position 0, e completed", so a resumed loop that
+        calls ``set_epoch(e)`` (the loop variable of the epoch it was in) gets nothing more of e.
+        """
+        done = self.epoch
+        self.next_epoch()
+        self.completed = done
+
+    def is_just_after(self, epoch: int) -> bool:
+        """Restored from a state saved right after ``epoch``'s last batch, and nothing read since."""
+        return self.resume_pending and self.completed == epoch and self.position == 0 and not self.ahead
 
     def state(self) -> dict[str, Any]:
         """The owner's part of the state: epoch, position, ahead, and the accounting nest."""
         return {KEY_EPOCH: self.epoch, KEY_POSITION: self.position, KEY_AHEAD: sorted(self.ahead),
-                KEY_ACCOUNTING: {KEY_SAMPLES_SEEN: self.samples_seen}}
+                KEY_ACCOUNTING: {KEY_SAMPLES_SEEN: self.samples_seen, KEY_COMPLETED: self.completed}}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a checked ``state``: the next iteration reads the rest of its epoch."""
         self.epoch, self.position = int(state[KEY_EPOCH]), int(state[KEY_POSITION])
         self.ahead = {int(p) for p in state[KEY_AHEAD]}
         self.samples_seen = int(state[KEY_ACCOUNTING][KEY_SAMPLES_SEEN])
+        completed = state[KEY_ACCOUNTING].get(KEY_COMPLETED)  # absent in states saved before it was kept
+        self.completed = int(completed) if _is_count(completed) else None
         self.resume_pending = True
 
 
