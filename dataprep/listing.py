@@ -69,12 +69,8 @@ def list_raw(raw: Path, *, follow_symlinks: bool, exclude: Path | None = None) -
             continue
         if isinstance(item, Reject):
             yield Entry(os.fsencode(item.source), -1, 0)
-            continue
-        try:
-            mtime_ns = os.stat(item.path).st_mtime_ns
-        except OSError:
-            mtime_ns = 0
-        yield Entry(os.fsencode(item.rel), item.size, mtime_ns)
+        else:  # size and mtime from the walk's own stat of the file: one stat per file
+            yield Entry(os.fsencode(item.rel), item.size, item.mtime_ns)
 
 
 def write_listing(raw: Path, path: Path, *, follow_symlinks: bool, exclude: Path | None = None) -> str:

@@ -278,7 +278,8 @@ def table_kind(name: str) -> str | None:
 def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
     raw = Path(config.raw)
     if raw.is_file():
-        yield RawFile(raw.name, os.fspath(raw), raw.stat().st_size)
+        st = raw.stat()
+        yield RawFile(raw.name, os.fspath(raw), st.st_size, st.st_mtime_ns)
         return
     skip = excluded_by(raw, Path(config.out), follow_symlinks=config.follow_symlinks)
     for item in walk_files(raw, follow_symlinks=config.follow_symlinks):

@@ -42,11 +42,13 @@ __all__ = ["FileGroup", "RawFile", "group_files", "walk_files"]
 
 @dataclass(frozen=True, slots=True)
 class RawFile:
-    """A regular file found under RAW: its path relative to RAW, absolute path and size in bytes."""
+    """A regular file found under RAW: its path relative to RAW, absolute path, size in bytes and
+    modification time in ns (from the walk's one stat of it)."""
 
     rel: str
     path: str
     size: int
+    mtime_ns: int = 0
 
 
 def walk_files(raw: Path, *, follow_symlinks: bool = False) -> Iterator[RawFile | Reject]:
@@ -120,7 +122,7 @@ def _file_item(entry: os.DirEntry[str], rel: str) -> RawFile | Reject:
     if not stat.S_ISREG(st.st_mode):
         kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
         return Reject(rel, RejectReason.UNSUPPORTED, f"not a regular file (a {kind})")
-    return RawFile(rel, entry.path, st.st_size)
+    return RawFile(rel, entry.path, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True, slots=True)
