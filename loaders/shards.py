@@ -115,6 +115,8 @@ class TarShardSet:
             raise self._error(i, f"read failed: {err.strerror}") from err
         if len(data) != end - start:
             raise self._error(i, f"short read: {len(data)} of {end - start} bytes at offset {start} (shard truncated?)")
+        if int(present.sum()) == 1:  # one field spans the whole read: no second copy of its bytes
+            return {self.fields[int(present.argmax())]: data}
         view = memoryview(data)
         return {
             name: bytes(view[int(offsets[j]) - start : int(offsets[j] + sizes[j]) - start])

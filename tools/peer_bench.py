@@ -19,8 +19,8 @@ torchvision's 10 tries) + horizontal flip (p 0.5), bilinear, collated to batches
 - ``stock-float32``: the same, then ``ToTensor`` + ``Normalize`` as torchvision-style
   scripts do (written with torch): float32 [3, 224, 224].
 - ``ours-fused``: ``loaders.DataLoader``, thread workers, ``RandomResizedCropDecode``
-  (crop drawn from the header, JPEG decoded at the smallest DCT scale covering 224):
-  uint8 [224, 224, 3].
+  (crop drawn from the header; only the JPEG rows and columns the resize reads are
+  decoded, at the smallest DCT scale covering 224: ``loaders.region``): uint8 [224, 224, 3].
 - ``ours-pil``: ``loaders.DataLoader(worker_type="auto")`` with the very ``PilCrop`` of
   ``stock-uint8`` (loader against loader on identical per-sample work).
 
