@@ -65,6 +65,7 @@ class _Shared:
     init: Callable[[int], None] | None
     outbox: queue.SimpleQueue[tuple[int, int, BatchOutcome]] = field(default_factory=queue.SimpleQueue)
     run_id: int = 0  # jobs and results of older runs are dropped
+    holder: dict[tuple[int, int], int] = field(default_factory=dict)  # (run_id, position) -> the thread reading it
 
 
 def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
@@ -78,6 +79,7 @@ def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
         run_id, job = item
         if run_id != shared.run_id:
             continue  # the consumer abandoned that run
+        shared.holder[(run_id, job.position)] = worker_id
         outcome = BatchOutcome(job.position, None, list(job.indices), 0, [], init_error, None, worker_id, job.epoch)
         if init_error is None:
             try:
@@ -100,6 +102,10 @@ class _Pass:
 class ThreadWorkers:
     """A pool of ``num_workers`` threads building batches with ``work(worker_id, epoch, position, indices)``.
 
+    The threads share one inbox: whichever is free takes the next batch, so a batch of
+    large images on one thread never leaves the other idle behind the in-flight limit
+    (batches still come out in order; per-sample randomness is keyed by sample, not thread).
+
     ``work`` should not raise (``loaders.collate.BatchBuilder`` does not); if it does, the
     outcome carries the error. ``init(worker_id)`` runs first on each thread (the user's
     worker_init_fn; ``get_worker_info()`` is None there). Constructing starts nothing:
@@ -116,7 +122,7 @@ class ThreadWorkers:
         self.timeout_s = timeout_s
         self.in_order = in_order
         self._threads: list[threading.Thread] = []
-        self._inboxes: list[_Inbox] = []
+        self._inbox: _Inbox | None = None
 
     @property
     def is_running(self) -> bool:
@@ -128,11 +134,11 @@ class ThreadWorkers:
         return list(self._threads)
 
     def _start(self) -> None:
+        inbox: _Inbox = queue.SimpleQueue()
+        self._inbox = inbox
         for worker_id in range(self.num_workers):
-            inbox: _Inbox = queue.SimpleQueue()
             thread = threading.Thread(target=_thread_main, args=(self._shared, worker_id, inbox),
                                       name=f"loaders-worker-{worker_id}", daemon=True)
-            self._inboxes.append(inbox)
             self._threads.append(thread)
             _THREADS.add(thread)
             thread.start()
@@ -147,6 +153,7 @@ class ThreadWorkers:
         if not self._threads:
             self._start()
         self._shared.run_id += 1
+        self._shared.holder.clear()
         current = _Pass(self._shared.run_id)
         pending = iter(jobs)
         try:
@@ -166,7 +173,8 @@ class ThreadWorkers:
                 return
             current.indices[job.position] = job.indices
             current.order.append(job.position)
-            self._inboxes[job.position % self.num_workers].put((current.run_id, job))
+            assert self._inbox is not None  # started by run()
+            self._inbox.put((current.run_id, job))
 
     def _next_outcome(self, current: _Pass) -> BatchOutcome:
         head = current.order[0]
@@ -176,6 +184,7 @@ class ThreadWorkers:
         position = head if self.in_order else next(iter(current.ready))
         current.order.remove(position)
         del current.indices[position]
+        self._shared.holder.pop((current.run_id, position), None)
         return current.ready.pop(position)
 
     def _receive(self, current: _Pass, head: int, deadline: float | None) -> None:
@@ -192,12 +201,16 @@ class ThreadWorkers:
                 return
 
     def _check(self, current: _Pass, head: int, deadline: float | None) -> None:
-        worker_id = head % self.num_workers
         what = describe_batch(head, current.indices[head])
-        if not self._threads[worker_id].is_alive():
+        worker_id = self._shared.holder.get((current.run_id, head))
+        alive = [t.is_alive() for t in self._threads]
+        if worker_id is None and not any(alive):
+            raise WorkerLostError(f"every thread worker died (their threads ended) before reading {what}")
+        if worker_id is not None and not alive[worker_id]:
             raise WorkerLostError(f"thread worker {worker_id} died (its thread ended) while reading {what}")
         if deadline is not None and time.monotonic() >= deadline:
-            raise WorkerLostError(f"DataLoader timed out after {self.timeout_s:g} seconds: thread worker {worker_id} "
+            who = f"thread worker {worker_id}" if worker_id is not None else "no thread worker started it:"
+            raise WorkerLostError(f"DataLoader timed out after {self.timeout_s:g} seconds: {who} "
                                   f"produced nothing while reading {what}; raise 'timeout' if samples are this slow, "
                                   "else look for a hang in the dataset's __getitem__")
 
@@ -206,9 +219,10 @@ class ThreadWorkers:
         self._shared.run_id += 1
         _RUNNING.discard(self)
         threads, self._threads = self._threads, []
-        inboxes, self._inboxes = self._inboxes, []
-        for inbox in inboxes:
-            inbox.put(None)
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            for _ in threads:
+                inbox.put(None)  # one stop per thread
         if not wait:
             return
         deadline = time.monotonic() + _JOIN_S

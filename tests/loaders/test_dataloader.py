@@ -224,7 +224,7 @@ def test_closing_process_workers_ends_the_processes() -> None:
 
 
 @pytest.mark.parametrize("num_workers, worker_type, who", [(0, "auto", "main-thread worker 0"),
-                                                         (2, "thread", "thread worker 1"),
+                                                         (2, "thread", "thread worker "),
                                                          (2, "process", "process worker 1")])
 def test_worker_exception_keeps_its_class_and_names_worker_batch_and_sample(num_workers: int, worker_type: str,
                                                                             who: str) -> None:

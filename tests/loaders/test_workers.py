@@ -33,12 +33,25 @@ def pool_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("loaders-worker-")]
 
 
-def test_batches_come_back_in_order_built_by_worker_b_mod_n() -> None:
-    with ThreadWorkers(echo, num_workers=3, max_in_flight=6) as pool:
+def test_batches_come_back_in_order_and_a_free_thread_takes_the_next_batch() -> None:
+    release = threading.Event()
+    built: list[int] = []
+
+    def slow_first(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
+        if position == 0:
+            release.wait(30)  # held until the other thread has built 1, 2 and 3
+        built.append(position)
+        if position == 3:
+            release.set()
+        return echo(worker_id, epoch, position, indices)
+
+    with ThreadWorkers(slow_first, num_workers=2, max_in_flight=4) as pool:
         outcomes = list(pool.run(jobs(10)))
     assert [o.position for o in outcomes] == list(range(10))
-    assert all(o.batch[0] == o.position % 3 for o in outcomes)
     assert [o.batch[1] for o in outcomes] == [job.indices for job in jobs(10)]
+    # A fixed batch -> thread assignment would leave batch 2 queued behind the held batch 0.
+    assert built[:3] == [1, 2, 3]
+    assert {o.batch[0] for o in outcomes[1:4]} == {outcomes[1].batch[0]} != {outcomes[0].batch[0]}
 
 
 def test_out_of_order_delivery_yields_every_batch_once() -> None:
@@ -109,7 +122,7 @@ def test_timeout_names_worker_batch_and_indices() -> None:
     pool = ThreadWorkers(hang, num_workers=2, max_in_flight=2, timeout_s=0.3)
     run = pool.run(jobs(3))
     assert next(run).position == 0
-    with pytest.raises(WorkerError, match=r"timed out after 0\.3 seconds: thread worker 1 produced nothing while reading batch 1 "
+    with pytest.raises(WorkerError, match=r"timed out after 0\.3 seconds: thread worker [01] produced nothing while reading batch 1 "
                                           r"\(indices \[2, 3\]\)"):
         next(run)
     release.set()
