@@ -26,7 +26,9 @@ torchvision's 10 tries) + horizontal flip (p 0.5), bilinear, collated to batches
 
 Every round runs each row for one epoch (at most ``--batches`` batches), in an order
 rotated by one row per round (round r starts at row r mod n). Per row: the median over
-rounds of images/s after each epoch's first batch, its ratio to ``stock-uint8``, its
+rounds of images/s after each epoch's first batch, its ratio to ``stock-uint8``, the
+median over rounds of the ratio within each round (the rows of a round run minutes
+apart at most, so a slow spell of a shared machine cancels out), its
 share of the ceiling, and CPU ms per image over whole epochs (start-up included):
 ``getrusage`` of this process (thread workers count here) and of its reaped children
 (workers are not persistent, so each epoch's are joined before the reading). The
@@ -109,13 +111,16 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class RowResult:
-    """A row's epochs over all rounds and its figures (``ratio`` to ``REFERENCE``, ``ceiling_pct``; None if not run)."""
+    """A row's epochs over all rounds and its figures (None if not run): ``ratio`` of its median
+    img/s to ``REFERENCE``'s, ``round_ratio`` the median over rounds of the ratio within each
+    round (paired: a slow spell of a shared machine lowers both rows of a round), ``ceiling_pct``."""
 
     row: str
     worker_type: str
     epochs: tuple[EpochRun, ...]
     ratio: float | None = None
     ceiling_pct: float | None = None
+    round_ratio: float | None = None
 
     @property
     def images_per_s(self) -> float:
@@ -130,6 +135,7 @@ class RowResult:
         return {"row": self.row, "what": ROW_NOTES[self.row], "worker_type": self.worker_type,
                 "images_per_s": self.images_per_s, "images_per_s_min": min(e.images_per_s for e in self.epochs),
                 "images_per_s_max": max(e.images_per_s for e in self.epochs), "ratio": self.ratio,
+                "round_ratio": self.round_ratio,
                 "ceiling_pct": self.ceiling_pct, "cpu_ms_per_image": self.cpu_ms_per_image,
                 "epochs": [asdict(e) for e in self.epochs]}
 
@@ -188,8 +194,10 @@ def run_bench(shard_dir: str | os.PathLike[str], config: BenchConfig, *, log: An
     results = []
     for row in config.rows:
         rate = statistics.median(e.images_per_s for e in epochs[row])
-        results.append(RowResult(row, worker_types[row], tuple(epochs[row]),
-                                 ratio=rate / base if base else None, ceiling_pct=100 * rate / ceiling))
+        paired = ([e.images_per_s / ref.images_per_s for e, ref in zip(epochs[row], epochs[REFERENCE]) if ref.images_per_s > 0]
+                  if REFERENCE in epochs else [])
+        results.append(RowResult(row, worker_types[row], tuple(epochs[row]), ratio=rate / base if base else None,
+                                 ceiling_pct=100 * rate / ceiling, round_ratio=statistics.median(paired) if paired else None))
     notes = []
     if any(e.samples == 0 for row in epochs.values() for e in row):
         notes.append("some epochs yielded no batch: too few images for the batch size")
@@ -207,9 +215,11 @@ def format_report(report: PeerReport) -> str:
     title = (f"{d['images']:,} JPEGs ({d['mean_kb']:.0f} KB, {d['mean_kpx']:.0f} kpx mean of {d['sampled']}), "
              f"RandomResizedCrop {OUTPUT_SIZE} + flip, batches of {c.batch_size}, {c.workers} workers, "
              f"{c.rounds} interleaved round{'s' if c.rounds != 1 else ''} ({epoch})")
-    rows = [(r.row, r.worker_type, r.images_per_s, None if r.ratio is None else f"{r.ratio:.2f}", r.ceiling_pct, r.cpu_ms_per_image,
+    rows = [(r.row, r.worker_type, r.images_per_s, None if r.ratio is None else f"{r.ratio:.2f}",
+             None if r.round_ratio is None else f"{r.round_ratio:.2f}", r.ceiling_pct, r.cpu_ms_per_image,
              min(e.images_per_s for e in r.epochs), max(e.images_per_s for e in r.epochs)) for r in report.results]
-    headers = ("row", "workers", "img/s (median)", f"x {REFERENCE}", "% ceiling", "CPU ms/img", "min img/s", "max img/s")
+    headers = ("row", "workers", "img/s (median)", f"x {REFERENCE}", "x per round", "% ceiling", "CPU ms/img", "min img/s",
+               "max img/s")
     lines = [format_table(headers, rows, title=title), ""]
     lines += [f"{r.row}: {ROW_NOTES[r.row]}" for r in report.results]
     lines += ["", f"ceiling: {report.ceiling_images_per_s:.0f} img/s = {c.cores_used} core(s) x one core's PIL decode + crop "

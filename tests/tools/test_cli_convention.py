@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ["cpu", "decode_bench", "disk", "loader", "open_bench", "peer_bench", "shard_bench"]
+TOOLS = ["cpu", "decode_bench", "disk", "loader", "open_bench", "peer_bench", "region_bench", "shard_bench"]
 
 
 def _help(tool: str) -> str:

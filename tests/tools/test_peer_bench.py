@@ -55,6 +55,17 @@ def test_the_reference_row_has_ratio_one(smoke_report: dict[str, Any]) -> None:
     assert rows[REFERENCE]["ratio"] == 1.0
     other = rows["ours-fused"]
     assert other["ratio"] == pytest.approx(other["images_per_s"] / rows[REFERENCE]["images_per_s"])
+    assert rows[REFERENCE]["round_ratio"] == 1.0
+
+
+def test_the_per_round_ratio_pairs_each_round(raw_and_shards: tuple[Path, Path]) -> None:
+    _, shards = raw_and_shards
+    report = run_bench(shards, BenchConfig(rows=("ours-fused", REFERENCE), workers=1, batch_size=8, rounds=3,
+                                           batches=2, ceiling_images=2))
+    ours, stock = report.results
+    paired = sorted(a.images_per_s / b.images_per_s for a, b in zip(ours.epochs, stock.epochs))
+    assert ours.round_ratio == pytest.approx(paired[1])  # the median of 3 rounds' own ratios
+    assert stock.round_ratio == 1.0
 
 
 def test_the_table_shows_ratio_one_for_the_reference(raw_and_shards: tuple[Path, Path],
