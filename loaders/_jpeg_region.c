@@ -173,7 +173,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
 }
 
 /* pack_rgb(src, dst, width, height, flip): RGBX rows (Pillow's raw RGBX export) -> packed RGB rows,
- * mirrored left-right with flip; one pass, the GIL released. */
+ * mirrored left-right with flip; one pass. */
 static PyObject *pack_rgb(PyObject *self, PyObject *args) {
     Py_buffer src, dst;
     int width, height, flip;
@@ -190,7 +190,8 @@ static PyObject *pack_rgb(PyObject *self, PyObject *args) {
     }
     const unsigned char *in = src.buf;
     unsigned char *out = dst.buf;
-    Py_BEGIN_ALLOW_THREADS
+    /* The GIL is kept: this is a few microseconds of copying (measured: releasing it made
+     * no difference to two thread workers' throughput). */
     for (int y = 0; y < height; y++) {
         const unsigned char *row = in + (size_t)y * width * RGBX_BYTES;
         unsigned char *o = out + (size_t)y * width * 3;
@@ -206,7 +207,6 @@ static PyObject *pack_rgb(PyObject *self, PyObject *args) {
             memcpy(o, row + (size_t)(width - 1) * RGBX_BYTES, 3);
         }
     }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&src);
     PyBuffer_Release(&dst);
     Py_RETURN_NONE;
