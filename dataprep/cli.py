@@ -6,10 +6,12 @@ Exit status: 0 success (rejects are normal), 1 failure, 2 usage error.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -197,8 +199,41 @@ def _cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+_REINTERRUPT_DELAY_S = 0.01  # long enough for the hook that schedules it to return
+
+
+def _interrupt_main_soon() -> None:
+    time.sleep(_REINTERRUPT_DELAY_S)
+    _thread.interrupt_main()
+
+
+def keep_interrupts() -> None:
+    """Make a Ctrl-C that lands inside a finaliser or weakref callback stop the command.
+
+    Python reports an exception raised there as "Exception ignored in ..." with a traceback
+    on stderr and drops it, so the interrupt would be printed and lost. This hook (for
+    the command line only; inherited by forked workers) re-raises it in the main thread
+    instead, where ``main`` ends with the resume hint and exit status 130.
+    """
+    previous = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # From another thread, a moment later: raised in the hook it would be dropped again.
+            try:
+                _thread.start_new_thread(_interrupt_main_soon, ())
+            except RuntimeError:  # interpreter shutting down: nothing left to stop
+                pass
+            return
+        previous(unraisable)
+
+    if getattr(previous, "__name__", "") != hook.__name__ or previous.__module__ != __name__:
+        sys.unraisablehook = hook
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    keep_interrupts()
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="dataprep: %(message)s")
     try:
