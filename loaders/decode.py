@@ -6,7 +6,7 @@ that scale, so large photos cost a fraction of a full decode. Other formats deco
 
 The fused crop path (``decode_crop_resize``) decodes only the rows and columns the resize
 reads where the ``loaders._jpeg_region`` extension is built (``loaders.region``: same
-pixels, ~25% less CPU on ImageNet-like photos); elsewhere it decodes whole images.
+pixels, 22% less CPU for the fused transform on ImageNet-like photos: ``tools.region_bench``); elsewhere it decodes whole images.
 
 Two JPEG backends, both on libjpeg-turbo: Pillow (Pillow-SIMD where installed) and
 simplejpeg. Pillow is the default and the one obvious path: ``tools.decode_bench`` puts
@@ -152,7 +152,7 @@ def decode_crop_resize(data: bytes, box: Sequence[float], size: tuple[int, int],
         _check_box((left, top, box_w, box_h), full)
         out = region.decode_box(data, full, n, (left / n, top / n, box_w / n, box_h / n), size, resample_filter)
         if out is not None:
-            return _finish(out, flip)
+            return region.as_array(out, flip=flip)
     if which is Backend.SIMPLEJPEG and _is_turbo_rgb_jpeg(data):
         _check_box((left, top, box_w, box_h), image_size(data))
         try:
@@ -181,12 +181,7 @@ def _resize_box(img: Image.Image, n: int, box: tuple[float, float, float, float]
     # Decoded pixel x of a 1/n-scale JPEG covers full-resolution [n x, n x + n): the box
     # maps to 1/n of itself (the decoded size is ceil(full / n), so it still fits).
     left, top, box_w, box_h = (v / n for v in box)
-    return _finish(img.resize(size, resample_filter, box=(left, top, left + box_w, top + box_h)), flip)
-
-
-def _finish(out: Image.Image, flip: bool) -> np.ndarray:
-    """The resized RGB or RGBX image, mirrored left-right with ``flip``, as uint8 [H, W, 3]."""
-    return region.as_array(out, flip=flip)
+    return region.as_array(img.resize(size, resample_filter, box=(left, top, left + box_w, top + box_h)), flip=flip)
 
 
 def pil_filter(resample: Interpolation | str, *, name: str = "resample") -> Image.Resampling:

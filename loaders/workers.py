@@ -209,9 +209,10 @@ class ThreadWorkers:
         if worker_id is not None and not alive[worker_id]:
             raise WorkerLostError(f"thread worker {worker_id} died (its thread ended) while reading {what}")
         if deadline is not None and time.monotonic() >= deadline:
-            who = f"thread worker {worker_id}" if worker_id is not None else "no thread worker started it:"
-            raise WorkerLostError(f"DataLoader timed out after {self.timeout_s:g} seconds: {who} "
-                                  f"produced nothing while reading {what}; raise 'timeout' if samples are this slow, "
+            stuck = (f"thread worker {worker_id} produced nothing while reading {what}" if worker_id is not None
+                     else f"no thread worker got to {what} (each one is busy with an earlier batch)")
+            raise WorkerLostError(f"DataLoader timed out after {self.timeout_s:g} seconds: {stuck}; "
+                                  "raise 'timeout' if samples are this slow, "
                                   "else look for a hang in the dataset's __getitem__")
 
     def close(self, *, wait: bool = True) -> None:

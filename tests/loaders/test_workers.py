@@ -140,6 +140,20 @@ def test_a_dead_thread_is_detected() -> None:
         list(pool.run(jobs(2)))
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_thread_holding_a_batch_is_named_while_the_other_lives_on() -> None:
+    def exit_on_batch_1(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
+        if position == 1:
+            raise SystemExit  # ends this thread; the other keeps taking batches
+        return echo(worker_id, epoch, position, indices)
+
+    with ThreadWorkers(exit_on_batch_1, num_workers=2, max_in_flight=2) as pool:
+        run = pool.run(jobs(6))
+        assert next(run).position == 0
+        with pytest.raises(WorkerError, match=r"thread worker [01] died .* batch 1 \(indices \[2, 3\]\)"):
+            next(run)
+
+
 def test_abandoned_run_is_ignored_by_the_next_and_close_joins_threads() -> None:
     pool = ThreadWorkers(echo, num_workers=2, max_in_flight=4)
     run = pool.run(jobs(10))
