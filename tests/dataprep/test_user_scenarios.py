@@ -147,23 +147,36 @@ def run_in(cli: Callable[..., Result], args: Sequence[object], cwd: Path) -> Res
         os.chdir(old)
 
 
+def start_cli(args: Sequence[object], cwd: Path, *, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE,
+              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``python -m dataprep.cli ARGS`` started in ``cwd`` in a session of its own, so a signal to its
+    process group reaches the forked writer too; text output."""
+    return subprocess.Popen([sys.executable, "-m", "dataprep.cli", *map(str, args)], cwd=cwd,
+                            env={**_env(), **(env or {})}, stdout=stdout, stderr=stderr, text=True,
+                            start_new_session=True)
+
+
+def wait_until(proc: subprocess.Popen[str], ready: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Poll ``ready()`` every 0.5 ms while ``proc`` runs, at most ``timeout`` seconds: whether it held."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(0.0005)
+    return False
+
+
 def kill_when(args: Sequence[object], cwd: Path, ready: Callable[[], bool], timeout: float = 60.0,
               env: dict[str, str] | None = None) -> bool:
     """Start ``python -m dataprep.cli ARGS`` in ``cwd`` (its own session), poll ``ready()`` and SIGKILL its
     whole process group (parent and forked child: a power cut) as soon as it holds. Returns whether the
     kill came before the process ended by itself."""
-    proc = subprocess.Popen([sys.executable, "-m", "dataprep.cli", *map(str, args)], cwd=cwd,
-                            env={**_env(), **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = start_cli(args, cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     killed = False
-    deadline = time.monotonic() + timeout
     try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if ready():
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.0005)
+        if wait_until(proc, ready, timeout):
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -922,12 +935,9 @@ def test_interrupted_by_a_signal_then_rerun(cli, tmp_path: Path, how: str) -> No
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir(), run.mkdir()
     assert run_in(cli, args, ref).rc == 0
-    proc = subprocess.Popen([sys.executable, "-m", "dataprep.cli", *args], cwd=run, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli(args, run)
     try:
-        ready = _shards_at_least(run / "out", 3)
-        while proc.poll() is None and not ready():
-            time.sleep(0.0005)
+        wait_until(proc, _shards_at_least(run / "out", 3))
         assert proc.poll() is None, "the run ended before the signal"
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)
@@ -1253,12 +1263,9 @@ def test_raw_changed_while_the_run_is_running(cli, tmp_path: Path, workers: str)
     args = ("shard", "../raw", "out", "--workers", workers, "--samples-per-shard", "2", "--no-progress", "--no-shuffle")
     run = tmp_path / "run"
     run.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "dataprep.cli", *args], cwd=run, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli(args, run)
     try:
-        ready = _shards_at_least(run / "out", 1)  # the writing child exists: no fork races the pause
-        while proc.poll() is None and not ready():
-            time.sleep(0.0005)
+        wait_until(proc, _shards_at_least(run / "out", 1))  # the writing child exists: no fork races the pause
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGSTOP)
         (raw / "dog" / "011.png").unlink()
@@ -1291,12 +1298,9 @@ def test_second_run_into_an_out_in_use(cli, tmp_path: Path) -> None:
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir(), run.mkdir()
     assert run_in(cli, args, ref).rc == 0
-    first = subprocess.Popen([sys.executable, "-m", "dataprep.cli", *args], cwd=run, env=_env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    first = start_cli(args, run, stdout=subprocess.DEVNULL)
     try:
-        ready = _shards_at_least(run / "out", 2)
-        while first.poll() is None and not ready():
-            time.sleep(0.0005)
+        wait_until(first, _shards_at_least(run / "out", 2))
         os.killpg(first.pid, signal.SIGSTOP)
         assert first.poll() is None, "the first run ended before the second started"
         second = run_in(cli, args, run)

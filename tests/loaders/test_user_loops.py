@@ -123,6 +123,16 @@ def uninterrupted(make: Callable[[], DataLoader[Any]]) -> list[list[list[int]]]:
     return out
 
 
+def assert_loop_like_stock(run: Callable[[Any], Any], num_workers: int, worker_type: str) -> None:
+    """``run(loader)`` gives the same result on our loader and the stock one (batches of 3 of RangeDataset, in order)."""
+    ours = DataLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers, worker_type=worker_type)
+    stock = StockLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers)
+    try:
+        assert run(ours) == run(stock)
+    finally:
+        ours.close()
+
+
 @pytest.mark.parametrize("save_at", ["start", "first", "second"])
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("num_workers,worker_type", WORKER_SETUPS)
@@ -250,10 +260,7 @@ def test_max_steps_per_epoch_loop_matches_stock(max_steps: int, call_set_epoch: 
             out.append(got)
         return out
 
-    ours = DataLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers, worker_type=worker_type)
-    stock = StockLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers)
-    assert run(ours) == run(stock)
-    ours.close()
+    assert_loop_like_stock(run, num_workers, worker_type)
 
 
 @pytest.mark.parametrize("num_workers,worker_type", WORKER_SETUPS)
@@ -704,20 +711,13 @@ def test_peek_inside_the_loop_matches_stock(num_workers: int, worker_type: str) 
             peeks.append(next(iter(loader)).tolist())
         return outer, peeks
 
-    ours_l = DataLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers, worker_type=worker_type)
-    stock_l = StockLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers)
-    assert run(ours_l) == run(stock_l)
-    ours_l.close()
+    assert_loop_like_stock(run, num_workers, worker_type)
 
 
 @pytest.mark.parametrize("num_workers,worker_type", WORKER_SETUPS)
 def test_zip_loader_with_itself_matches_stock(num_workers: int, worker_type: str) -> None:
-    ours_l = DataLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers, worker_type=worker_type)
-    stock_l = StockLoader(RangeDataset(), batch_size=3, shuffle=False, num_workers=num_workers)
-    ours = [(a.tolist(), b.tolist()) for a, b in zip(ours_l, ours_l)]
-    stock = [(a.tolist(), b.tolist()) for a, b in zip(stock_l, stock_l)]
-    assert ours == stock
-    ours_l.close()
+    assert_loop_like_stock(lambda loader: [(a.tolist(), b.tolist()) for a, b in zip(loader, loader)],
+                           num_workers, worker_type)
 
 
 @pytest.mark.parametrize("num_workers,worker_type", WORKER_SETUPS)
