@@ -215,6 +215,8 @@ def keep_interrupts() -> None:
     the command line only; inherited by forked workers) re-raises it in the main thread
     instead, where ``main`` ends with the resume hint and exit status 130.
     """
+    if getattr(sys.unraisablehook, "keeps_interrupts", False):
+        return  # installed already
     previous = sys.unraisablehook
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
@@ -227,8 +229,8 @@ def keep_interrupts() -> None:
             return
         previous(unraisable)
 
-    if getattr(previous, "__name__", "") != hook.__name__ or previous.__module__ != __name__:
-        sys.unraisablehook = hook
+    hook.keeps_interrupts = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:
