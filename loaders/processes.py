@@ -22,6 +22,7 @@ what is left), also after errors and timeouts.
 from __future__ import annotations
 
 import atexit
+import gc
 import multiprocessing
 import os
 import re
@@ -34,6 +35,7 @@ import torch.utils.data
 
 # Bound at import: a user may install loaders.DataLoader as torch.utils.data.DataLoader,
 # and the inner loader must stay torch's own (looked up at call time it would recurse).
+from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader
 
 from loaders.errors import UnsendableBatchError, WorkerError, WorkerLostError
@@ -172,8 +174,16 @@ class _Feeder:
             yield IndexBatch(job.indices, epoch=job.epoch, position=job.position)
 
 
-_PIDS = re.compile(r"pid\(s\) ([\d, ]+)")
+# Torch names a dead worker three ways: "(pid(s) 1, 2) exited unexpectedly" (its status check),
+# "(pid 1) exited unexpectedly with exit code 3" and "(pid 1) is killed by signal: Killed" (SIGCHLD).
+_DEAD = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
 _TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
+
+
+def dead_pids(text: str) -> set[int] | None:
+    """The pids a torch error message names as dead workers; None when it is not about one."""
+    found = _DEAD.search(text)
+    return {int(pid) for pid in found.group(1).split(",")} if found else None
 
 
 class ProcessWorkers:
@@ -232,7 +242,7 @@ class ProcessWorkers:
         self._init.epoch = epoch
         self._epoch.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
-        return self._outcomes(iter(self._loader))
+        return self._outcomes(_forked_without_garbage(self._loader))
 
     def _outcomes(self, iterator: Any) -> Iterator[BatchOutcome]:
         # An abandoned pass leaves its processes to close(), which the DataLoader calls.
@@ -246,7 +256,12 @@ class ProcessWorkers:
                 wrapped = self._wrap(err)
                 if wrapped is err:
                     raise
-                raise wrapped from err
+                try:
+                    raise wrapped from err
+                finally:
+                    # A frame holding its own exception is a cycle: it would keep torch's iterator for a
+                    # garbage collection, which may run in a worker forked later (and fail there).
+                    del wrapped
             indices = self._feeder.waiting.pop(outcome.position, None)
             if isinstance(outcome.failure, UnsendableBatchError) and self._fallback is not None:
                 outcome = self._build_here(outcome, indices)
@@ -270,18 +285,16 @@ class ProcessWorkers:
             return WorkerLostError(f"DataLoader timed out after {self._timeout_s:g} seconds: process workers produced "
                                    f"nothing while reading {what}; raise 'timeout' if samples are this slow, else "
                                    "look for a hang in the dataset")
-        if "exited unexpectedly" in text:
-            worker, position = self._dead_worker(text)
+        if (pids := dead_pids(text)) is not None:
+            worker, position = self._dead_worker(pids)
             what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
             return WorkerLostError(f"process worker {worker} failed while reading {what}: {describe_error(err)}")
         found = _TORCH_WORKER_ID.search(text)
         err.add_note(f"raised in process worker {found.group(1) if found else '?'}")
         return err
 
-    def _dead_worker(self, text: str) -> tuple[str, int]:
-        """(worker id, position it was reading) of a worker whose pid torch names as dead."""
-        found = _PIDS.search(text)
-        pids = {int(p) for p in found.group(1).replace(" ", "").split(",") if p} if found else set()
+    def _dead_worker(self, pids: set[int]) -> tuple[str, int]:
+        """(worker id, position it was reading) of the first worker whose pid is in ``pids``."""
         slots = self._in_flight
         if slots is not None:
             for worker_id in range(len(slots) // 2):
@@ -311,20 +324,50 @@ class ProcessWorkers:
             self.close(wait=False)
 
 
-def _tell_to_stop(iterator: Any) -> None:
-    """End a torch iterator's workers without waiting for them (from a finaliser).
+def _forked_without_garbage(loader: _TorchDataLoader[Any]) -> Any:
+    """``iter(loader)``, whose forked workers never collect this process's objects.
 
-    Torch's own finaliser would join each worker for up to 5 s; from inside a garbage
-    collection that join can stall, so the workers are signalled and terminated first
-    (what torch's shutdown does to a worker that does not leave in time).
+    Frozen objects are left alone by the collector, in the children that inherit them: this
+    process's garbage (a failed pass's torch iterator, a user's file) is not finalised in a
+    worker, and the workers' collections do not write to the pages they share with us.
+    Python's documented recipe for fork (gc.freeze); here it is undone at once, unless the
+    user froze objects themselves (unfreezing would undo theirs too).
+    """
+    if gc.get_freeze_count():
+        return iter(loader)
+    gc.freeze()
+    try:
+        return iter(loader)
+    finally:
+        gc.unfreeze()
+
+
+def _tell_to_stop(iterator: Any) -> None:
+    """End a torch iterator's workers without waiting for them (a failed pass, a finaliser).
+
+    Torch's own shutdown joins each worker for up to 5 s, which can stall a garbage
+    collection; here the workers are signalled and terminated at once (what torch's
+    shutdown does to a worker that does not leave in time), and the iterator is marked
+    shut down: a worker terminated inside ``done_event.is_set()`` leaves the event's
+    lock held, so torch's finaliser setting it again would hang the process for good.
     """
     done = getattr(iterator, "_workers_done_event", None)
     if done is None or getattr(iterator, "_shutdown", True):
         return
+    iterator._shutdown = True
+    pin_done = getattr(iterator, "_pin_memory_thread_done_event", None)
+    if pin_done is not None:
+        pin_done.set()  # a daemon thread: it leaves at its next check
     done.set()
+    if getattr(iterator, "_worker_pids_set", False):  # before the SIGTERMs, which torch's SIGCHLD
+        _signal_handling._remove_worker_pids(id(iterator))  # handler would raise in this thread
+        iterator._worker_pids_set = False
     for worker in getattr(iterator, "_workers", ()):
         if worker.is_alive():
             worker.terminate()
+    for queue in getattr(iterator, "_index_queues", ()):
+        queue.cancel_join_thread()  # a full pipe to a terminated worker must not block this process's exit
+        queue.close()
 
 
 def _shutdown(iterator: Any) -> None:
