@@ -106,6 +106,17 @@ def as_array(image: Image.Image, *, flip: bool = False) -> np.ndarray:
         return np.frombuffer(bytearray(image.tobytes("raw", "RGB")), dtype=np.uint8).reshape(
             image.height, image.width, 3)
     out = np.empty((image.height, image.width, 3), dtype=np.uint8)
-    # RGB and RGBX images both hold 4 bytes per pixel in Pillow: the raw RGBX export is a copy.
-    _jpeg_region.pack_rgb(image.tobytes("raw", "RGBX"), out, image.width, image.height, flip)
+    # RGB and RGBX images both hold 4 bytes per pixel in Pillow, read in place through the
+    # Arrow C data interface (Pillow >= 11.2, one memory block); else their raw export, a copy.
+    # Not for a read-only image: Pillow maps those onto foreign memory (frombuffer, fromarray,
+    # uncompressed files), and its Arrow export crashes the process on them (Pillow 12.1).
+    pixels: object = None
+    if not image.readonly and hasattr(image, "__arrow_c_array__"):
+        try:
+            pixels = image.__arrow_c_array__()[1]
+        except ValueError:  # several memory blocks (a large image)
+            pass
+    if pixels is None:
+        pixels = image.tobytes("raw", "RGBX")
+    _jpeg_region.pack_rgb(pixels, out, image.width, image.height, flip)
     return out

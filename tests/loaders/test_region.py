@@ -120,15 +120,40 @@ def test_truncated_jpeg_fails_as_before_even_when_the_crop_is_above_the_cut(cut:
         decode_crop_resize(truncated, (0, 0, 100, 20), (32, 32))  # rows the damage does not reach
 
 
-def test_pack_rgb_packs_and_mirrors() -> None:
-    rgbx = np.arange(3 * 5 * 4, dtype=np.uint8).reshape(3, 5, 4)
-    out = np.empty((3, 5, 3), np.uint8)
-    region._jpeg_region.pack_rgb(rgbx.tobytes(), out, 5, 3, False)
-    np.testing.assert_array_equal(out, rgbx[..., :3])
-    region._jpeg_region.pack_rgb(rgbx.tobytes(), out, 5, 3, True)
-    np.testing.assert_array_equal(out, rgbx[:, ::-1, :3])
+@pytest.mark.parametrize("width", [*range(1, 14), 224])  # the 4-pixel steps, their tail, rows shorter than a step
+def test_pack_rgb_packs_and_mirrors(width: int) -> None:
+    rgbx = np.random.default_rng(width).integers(0, 256, (3, width, 4), dtype=np.uint8)
+    for flip, expected in ((False, rgbx[..., :3]), (True, rgbx[:, ::-1, :3])):
+        out = np.full((3 * width * 3 + 16,), 7, np.uint8)  # 16 bytes more: nothing is written past the rows
+        region._jpeg_region.pack_rgb(rgbx.tobytes(), out, width, 3, flip)
+        np.testing.assert_array_equal(out[:-16].reshape(3, width, 3), expected)
+        assert (out[-16:] == 7).all()
     with pytest.raises(ValueError, match="need"):
-        region._jpeg_region.pack_rgb(rgbx.tobytes(), np.empty((2, 5, 3), np.uint8), 5, 3, False)
+        region._jpeg_region.pack_rgb(rgbx.tobytes(), np.empty((2, width, 3), np.uint8), width, 3, False)
+
+
+@pytest.mark.skipif(not hasattr(Image.Image, "__arrow_c_array__"), reason="Pillow < 11.2: no Arrow export")
+def test_pack_rgb_reads_a_pillow_image_in_place() -> None:
+    rgb = np.random.default_rng(0).integers(0, 256, (7, 9, 3), dtype=np.uint8)
+    image = Image.fromarray(rgb)
+    out = np.empty_like(rgb)
+    region._jpeg_region.pack_rgb(image.__arrow_c_array__()[1], out, 9, 7, True)
+    np.testing.assert_array_equal(out, rgb[:, ::-1])
+    with pytest.raises(ValueError, match="need"):  # more pixels than the image has
+        region._jpeg_region.pack_rgb(image.__arrow_c_array__()[1], np.empty((8, 9, 3), np.uint8), 9, 8, False)
+    with pytest.raises(ValueError, match="4-byte pixels"):  # one byte per pixel
+        region._jpeg_region.pack_rgb(image.convert("L").__arrow_c_array__()[1], out, 9, 7, False)
+
+
+@pytest.mark.parametrize("size", [(9, 7), (2100, 2100)], ids=["one-block", "multi-block"])
+def test_as_array_is_the_image_whatever_its_memory_layout(size: tuple[int, int]) -> None:
+    # Pillow keeps large images in several blocks (16 MiB each): no Arrow view, the copy path.
+    # fromarray maps the array's memory (read-only), where Pillow's Arrow export would crash.
+    rgb = np.random.default_rng(1).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    mapped = Image.frombuffer("RGBX", size, np.dstack([rgb, rgb[..., :1]]).tobytes(), "raw", "RGBX", 0, 1)
+    for image in (Image.fromarray(rgb).copy(), Image.fromarray(rgb).convert("RGBX"), mapped):
+        np.testing.assert_array_equal(region.as_array(image), rgb)
+        np.testing.assert_array_equal(region.as_array(image, flip=True), rgb[:, ::-1])
 
 
 def test_loader_batches_are_the_same_with_and_without_the_lane(image_shards, monkeypatch: pytest.MonkeyPatch) -> None:
