@@ -122,9 +122,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
 
     Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
     ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
-    sampler the user gave keeps its own epoch (its ``set_epoch`` is theirs to call); the
-    dataset's ``set_epoch``, if any, is called where its samples are read, in every
-    worker. An iteration abandoned after one batch (a peek, a shape probe) does not use
+    sampler the user gave keeps its own epoch (its ``set_epoch`` is theirs to call). The
+    dataset's ``set_epoch``, if any, is the user's until the first ``set_epoch`` here; from
+    then on it is called where its samples are read, in every worker (until then worker
+    processes restart each epoch, so their copies see the user's calls). An iteration abandoned after one batch (a peek, a shape probe) does not use
     up the epoch; one abandoned later does. ``close()`` (or ``with``) stops the workers.
     """
 
@@ -257,6 +258,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"'epoch' must be a non-negative int (got {epoch!r} that is a {type(epoch).__name__})")
+        self._epoch_sync.drive()  # from now on the dataset's set_epoch follows this one's, in every worker
         last = self._run
         self._end_iteration()
         self._undo_probe(last)  # a probe before set_epoch (a shape check after a resume) moves nothing
@@ -336,14 +338,17 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         return workers
 
     def _release_workers(self, workers: Workers, *, failed: bool, finalizing: bool = False) -> None:
-        """A pass ended: keep persistent workers unless it failed, else stop them.
+        """A pass ended: keep persistent workers unless it failed (or hold stale dataset copies), else stop them.
 
         Threads are joined (~2 s at most) unless the pass failed (a hung thread is not waited
         for); processes are not joined from a finaliser, where a join can stall whatever the
         garbage collector interrupted (they are told to stop and terminated).
         """
         if workers is self._shared:
-            if not failed:
+            # Worker processes hold copies of the dataset: while its set_epoch is the user's
+            # to call (no loader.set_epoch yet), they restart each epoch to copy it afresh,
+            # as the stock loader's default (non-persistent) workers do.
+            if not failed and not (isinstance(workers, ProcessWorkers) and self._epoch_sync.user_owned):
                 return
             self._shared = None
         workers.close(wait=not failed and not (finalizing and isinstance(workers, ProcessWorkers)))

@@ -3,19 +3,21 @@
 ``fetch_samples`` reads ``dataset[i]`` (or ``__getitems__``) for a batch's indices and
 returns a ``Fetched``: the samples, the ``Skip``s (``on_error="skip"``) or the first
 failure. ``EpochSync`` hands the epoch carried by each batch to a dataset with
-``set_epoch`` in whichever thread or process reads it. ``describe_*`` format the
-positions and errors that messages name; ``portable_error`` makes a worker process's
-exception survive the trip to the consumer.
+``set_epoch`` in whichever thread or process reads it, once the loader drives it.
+``describe_*`` format the positions and errors that messages name; ``portable_error``
+makes a worker process's exception survive the trip to the consumer.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 from loaders.errors import SampleError
@@ -134,11 +136,16 @@ def _survives_pickling(err: BaseException) -> bool:
 
 
 class EpochSync:
-    """Calls ``dataset.set_epoch(epoch)`` when a batch of a new epoch arrives, once per epoch change.
+    """Calls ``dataset.set_epoch(epoch)`` when a batch of a new epoch arrives, once per epoch change,
+    from the first ``loader.set_epoch`` on (``drive()``).
 
-    The epoch travels with each batch, so a persistent worker's copy of the dataset (in
-    a process) sees every epoch, not only the one it was started in. Thread-safe: thread
-    workers share one dataset and one EpochSync.
+    Until then the dataset's epoch is the user's, as with the stock loader, which never
+    calls it: a script calling ``dataset.set_epoch(e)`` itself keeps its values (the
+    loader then starts worker processes afresh each epoch, so their copies see them; see
+    ``user_owned``). Once the loader drives, the epoch travels with each batch, so a
+    persistent worker's copy of the dataset (in a process) sees every epoch, not only the
+    one it was started in. The flag lives in shared memory, so persistent worker
+    processes see it turn on. Thread-safe: thread workers share one dataset and one EpochSync.
     """
 
     def __init__(self, dataset: Any) -> None:
@@ -146,9 +153,23 @@ class EpochSync:
         self._set_epoch = set_epoch if callable(set_epoch) else None
         self._epoch: int | None = None
         self._lock = threading.Lock()
+        self._driven: Any = None
+        if self._set_epoch is not None:
+            self._driven = multiprocessing.RawValue("b", 0)  # any start method: it has no lock
+
+    @property
+    def user_owned(self) -> bool:
+        """Whether the dataset has a ``set_epoch`` that only the user calls (no ``loader.set_epoch`` yet):
+        copies of it in worker processes must then be fresh each epoch to see the user's calls."""
+        return self._driven is not None and not self._driven.value
+
+    def drive(self) -> None:
+        """From now on hand each batch's epoch to the dataset (in every worker, persistent ones too)."""
+        if self._driven is not None:
+            self._driven.value = 1
 
     def __call__(self, epoch: int) -> None:
-        if self._set_epoch is None or epoch == self._epoch:
+        if self._set_epoch is None or epoch == self._epoch or not self._driven.value:
             return
         with self._lock:
             if epoch != self._epoch:
@@ -156,8 +177,20 @@ class EpochSync:
                 self._epoch = epoch
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_set_epoch": self._set_epoch, "_epoch": self._epoch}
+        # Shared memory travels only to a process being started (spawn); any other copy
+        # (a deepcopy, a pickle) takes the flag's current value.
+        driven = self._driven
+        if driven is not None and get_spawning_popen() is None:
+            driven = _Flag(driven.value)
+        return {"_set_epoch": self._set_epoch, "_epoch": self._epoch, "_driven": driven}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+@dataclass
+class _Flag:
+    """A process-local stand-in for a shared flag (``value``)."""
+
+    value: int

@@ -113,9 +113,10 @@ class GuardedDataset(_Forwarding, torch.utils.data.Dataset):  # type: ignore[typ
 
     _OWN = frozenset({"dataset", "skip_errors", "seed", "rank", "in_flight", "sync_epoch"})
 
-    def __init__(self, dataset: Any, *, skip_errors: bool, seed: int, rank: int = 0, in_flight: Any = None) -> None:
+    def __init__(self, dataset: Any, *, skip_errors: bool, seed: int, rank: int = 0, in_flight: Any = None,
+                 sync_epoch: EpochSync | None = None) -> None:
         for name, value in (("dataset", dataset), ("skip_errors", skip_errors), ("seed", seed), ("rank", rank),
-                            ("in_flight", in_flight), ("sync_epoch", EpochSync(dataset))):
+                            ("in_flight", in_flight), ("sync_epoch", sync_epoch or EpochSync(dataset))):
             object.__setattr__(self, name, value)
 
     def __getitem__(self, index: Any) -> Any:
@@ -148,16 +149,15 @@ class EpochStream(_Forwarding, torch.utils.data.IterableDataset):  # type: ignor
     (persistent ones too) when it starts the epoch's stream.
     """
 
-    _OWN = frozenset({"dataset", "epoch"})
+    _OWN = frozenset({"dataset", "epoch", "sync_epoch"})
 
-    def __init__(self, dataset: Any, epoch: Any) -> None:
+    def __init__(self, dataset: Any, epoch: Any, sync_epoch: EpochSync | None = None) -> None:
         object.__setattr__(self, "dataset", dataset)
         object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "sync_epoch", sync_epoch or EpochSync(dataset))
 
     def __iter__(self) -> Iterator[Any]:
-        set_epoch = getattr(self.dataset, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(int(self.epoch.value))
+        self.sync_epoch(int(self.epoch.value))
         return iter(self.dataset)
 
 
@@ -196,11 +196,13 @@ class ProcessWorkers:
     multiprocessing_context, generator, pin_memory_device, in_order; batch_size and
     drop_last for iterable datasets). fallback: builds a batch in this process when the
     workers' batch cannot be pickled (for loaders whose user did not ask for workers);
-    None: that batch fails. Constructing starts nothing.
+    None: that batch fails. epoch_sync: the loader's (whether it drives the dataset's
+    epoch); None: a new one. Constructing starts nothing.
     """
 
     def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
-                 skip_errors: bool, fallback: Callable[[int, int, int, Any], BatchOutcome] | None = None) -> None:
+                 skip_errors: bool, fallback: Callable[[int, int, int, Any], BatchOutcome] | None = None,
+                 epoch_sync: EpochSync | None = None) -> None:
         self._fallback = fallback
         self._warned_fallback = False
         self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
@@ -220,11 +222,11 @@ class ProcessWorkers:
         self._epoch = context.RawValue("q", 0)
         if self._map_style:
             dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed, rank=init.rank,
-                                     in_flight=self._in_flight)
+                                     in_flight=self._in_flight, sync_epoch=epoch_sync)
             kwargs.update(batch_sampler=self._feeder, batch_size=1, drop_last=False)
         elif callable(getattr(dataset, "set_epoch", None)):
             # Only then: a wrapper would hide a DataPipe graph from torch's seeding and sharding.
-            dataset = EpochStream(dataset, self._epoch)
+            dataset = EpochStream(dataset, self._epoch, epoch_sync)
         self._loader: _TorchDataLoader[Any] | None = _TorchDataLoader(dataset, collate_fn=collate, **kwargs)
         self._iterator: Any = None
         self._owner_pid = os.getpid()  # a forked child inherits this object, not the processes

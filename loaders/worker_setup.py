@@ -40,7 +40,7 @@ def make_workers(loader: DataLoader[Any]) -> Workers:
             loader.dataset, collate=CollateGuard(loader.collate_fn, loader._auto_collation),
             stock={name: getattr(loader, name) for name in _PROCESS_ARGS},
             init=WorkerInit(loader.seed, loader.threads_per_worker, loader.worker_init_fn, rank=loader.rank),
-            skip_errors=loader.on_error is OnError.SKIP,
+            skip_errors=loader.on_error is OnError.SKIP, epoch_sync=loader._epoch_sync,
             # Workers the user did not ask for must not fail where the main process would not.
             fallback=None if loader._workers_given or loader._iterable else batch_builder(loader))
     if loader.num_workers == 0:

@@ -453,11 +453,13 @@ def test_epochs_count_passes_a_probe_does_not_and_the_dataset_gets_each_epoch_as
     next(it), next(it)
     del it  # abandoned part-way: it counts as an epoch
     assert labels(loader) == labels(DataLoader(Numbers(), batch_size=5, num_workers=0))
-    assert loader.epoch == 3 and dataset.epochs == [0, 1, 2]
+    assert loader.epoch == 3 and dataset.epochs == []  # the dataset's epoch is the user's until loader.set_epoch
     loader.set_epoch(7)
-    assert loader.epoch == 7 and dataset.epochs[-1] == 2  # told with the first sample it reads
+    assert loader.epoch == 7 and dataset.epochs == []  # told with the first sample it reads
     next(iter(loader))
-    assert dataset.epochs[-1] == 7
+    assert dataset.epochs == [7]
+    list(loader), list(loader)  # from then on, every pass
+    assert dataset.epochs == [7, 8]
 
 
 def make_factory(**kwargs: Any) -> Callable[[], DataLoader[Any]]:

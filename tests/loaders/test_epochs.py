@@ -8,6 +8,7 @@ training loop's RNGs, a second ``iter()``, and two ranks augmenting their batch 
 
 from __future__ import annotations
 
+import pickle
 import random
 import warnings
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from torch.utils.data import DistributedSampler, SequentialSampler
 from loaders import DataLoader, ShardDataset
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.errors import ConfigError
+from loaders.fetch import EpochSync
 from tests.loaders.resume_harness import check_resume, items_equal
 
 SIZE = 14
@@ -232,18 +234,51 @@ class EpochStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return iter(range(100 * self.epoch + start, 100 * self.epoch + 6, step))
 
 
+# Whoever sets the epoch (the user on the dataset, as stock scripts do, or on the loader), every
+# worker sees it, with the default persistent workers too; unset, the dataset keeps its own.
+SET_BY = ["dataset", "loader"]
+
+
+def _set_epoch(by: str, loader: DataLoader[Any], dataset: Any, epoch: int) -> None:
+    (dataset if by == "dataset" else loader).set_epoch(epoch)
+
+
+@pytest.mark.parametrize("by", SET_BY)
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_default_persistent_process_workers_see_every_epoch_of_a_map_dataset(num_workers: int) -> None:
-    with DataLoader(EpochTagged(), batch_size=2, num_workers=num_workers) as loader:  # default: persistent
-        for epoch in range(3):
+def test_default_persistent_process_workers_see_every_epoch_of_a_map_dataset(num_workers: int, by: str) -> None:
+    dataset = EpochTagged()
+    with DataLoader(dataset, batch_size=2, num_workers=num_workers, worker_type="process") as loader:  # persistent
+        for epoch in (3, 4, 9):
+            _set_epoch(by, loader, dataset, epoch)
             assert {int(e) for _, epochs in loader for e in epochs} == {epoch}
 
 
+@pytest.mark.parametrize("by", SET_BY)
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_default_persistent_process_workers_see_every_epoch_of_an_iterable_dataset(num_workers: int) -> None:
-    with DataLoader(EpochStream(), batch_size=2, num_workers=num_workers) as loader:
-        for epoch in range(3):
+def test_default_persistent_process_workers_see_every_epoch_of_an_iterable_dataset(num_workers: int, by: str) -> None:
+    dataset = EpochStream()
+    with DataLoader(dataset, batch_size=2, num_workers=num_workers) as loader:
+        for epoch in (3, 4, 9):
+            _set_epoch(by, loader, dataset, epoch)
             assert sorted(int(i) for batch in loader for i in batch) == [100 * epoch + i for i in range(6)]
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_dataset_whose_epoch_nobody_sets_keeps_its_own_like_stock(worker_type: str) -> None:
+    with DataLoader(EpochTagged(), batch_size=2, num_workers=2, worker_type=worker_type) as loader:
+        for _ in range(2):
+            assert {int(e) for _, epochs in loader for e in epochs} == {-1}
+
+
+def test_persistent_worker_processes_are_kept_once_the_loader_sets_the_epoch() -> None:
+    dataset = EpochTagged()
+    with DataLoader(dataset, batch_size=2, num_workers=2, worker_type="process") as loader:
+        pids = []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            list(loader)
+            pids.append(sorted(p.pid for p in loader._shared.handles))  # type: ignore[union-attr]
+        assert pids[0] == pids[1] == pids[2]
 
 
 # ---------------------------------------------------------------- 7. the training loop's RNGs are its own
@@ -381,3 +416,21 @@ def test_a_transform_without_rng_in_thread_workers_is_said_to_be_unreproducible(
     with DataLoader(dataset, batch_size=4, num_workers=2, worker_type="thread") as loader, \
             pytest.warns(UserWarning, match="not reseeded, so it is not reproducible"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("by", SET_BY)
+def test_spawned_worker_processes_see_every_epoch_too(by: str) -> None:
+    dataset = EpochTagged()
+    with DataLoader(dataset, batch_size=3, num_workers=1, worker_type="process",
+                    multiprocessing_context="spawn") as loader:
+        for epoch in (2, 5):
+            _set_epoch(by, loader, dataset, epoch)
+            assert {int(e) for _, epochs in loader for e in epochs} == {epoch}
+
+
+def test_a_copy_of_the_epoch_sync_keeps_whether_the_loader_drives() -> None:
+    sync = EpochSync(EpochTagged())
+    sync.drive()
+    copy = pickle.loads(pickle.dumps(sync))  # a plain pickle: no shared memory outside process start-up
+    assert not copy.user_owned and sync.user_owned is False
+    assert EpochSync(EpochTagged()).user_owned and not EpochSync(object()).user_owned

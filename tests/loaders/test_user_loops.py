@@ -784,10 +784,6 @@ def test_loader_set_epoch_reaches_a_dataset_with_set_epoch(num_workers: int, wor
     loader.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (issue 11 follow-up): the loader forwards its own epoch counter to dataset.set_epoch in every "
-    "worker (behaviour 6: persistent workers see every epoch), which overrides a user who calls "
-    "dataset.set_epoch(e) directly without loader.set_epoch; stock keeps the user's value"))
 @pytest.mark.parametrize("num_workers,worker_type", WORKER_SETUPS)
 def test_user_call_to_dataset_set_epoch_is_kept_like_stock(num_workers: int, worker_type: str) -> None:
     """Stock code calls the dataset's set_epoch itself (non-persistent workers copy it each epoch)."""
