@@ -36,7 +36,7 @@ from torch.utils.data import BatchSampler, IterableDataset, default_convert
 from loaders.collate import default_collate
 from loaders.errors import ConfigError
 from loaders.failures import FailurePolicy
-from loaders.fetch import EpochSync
+from loaders.fetch import UNKNOWN_EPOCH, EpochSync
 from loaders.iteration import LoaderIterator, Run
 from loaders.loader_options import LoaderOptions, OnError, WorkerType
 from loaders.plan import BatchPlan, length_or_none
@@ -125,7 +125,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     sampler the user gave keeps its own epoch (its ``set_epoch`` is theirs to call). The
     dataset's ``set_epoch``, if any, is the user's until the first ``set_epoch`` here; from
     then on it is called where its samples are read, in every worker (until then worker
-    processes restart each epoch, so their copies see the user's calls). An iteration abandoned after one batch (a peek, a shape probe) does not use
+    processes restart when their copy may predate the user's last call). An iteration abandoned after one batch (a peek, a shape probe) does not use
     up the epoch; one abandoned later does. ``close()`` (or ``with``) stops the workers.
     """
 
@@ -198,6 +198,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self._failures = FailurePolicy(self.max_skips)
         self._epoch_sync = EpochSync(self.dataset)  # this process's dataset: told each new epoch it reads
         self._shared: Workers | None = None  # persistent workers, kept between epochs
+        self._copied_epoch: object = UNKNOWN_EPOCH  # the dataset's epoch when they started
         self._run: Run | None = None  # the latest primary iteration
         self._primary: weakref.ref[LoaderIterator] | None = None
 
@@ -331,24 +332,34 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     def _workers_for(self, *, private: bool) -> Workers:
         """The primary pass's workers (kept when persistent), or a private set for a detached pass."""
         if not private and self._shared is not None:
-            return self._shared
+            if not self._copies_are_stale(self._shared):
+                return self._shared
+            self._shared.close()
+            self._shared = None
         workers = make_workers(self)
         if not private and self.persistent_workers:
-            self._shared = workers
+            self._shared, self._copied_epoch = workers, self._epoch_sync.observe()
         return workers
 
+    def _copies_are_stale(self, workers: Workers) -> bool:
+        """Whether persistent worker processes hold a copy of the dataset from before the user's
+        own ``dataset.set_epoch`` (no ``loader.set_epoch`` yet): they restart to copy it afresh,
+        as the stock loader's default (non-persistent) workers would. Unless the dataset shows
+        its ``epoch`` unchanged, a new pass counts as a change."""
+        if not (isinstance(workers, ProcessWorkers) and workers.copies_dataset and self._epoch_sync.user_owned):
+            return False
+        now = self._epoch_sync.observe()
+        return now is UNKNOWN_EPOCH or now != self._copied_epoch
+
     def _release_workers(self, workers: Workers, *, failed: bool, finalizing: bool = False) -> None:
-        """A pass ended: keep persistent workers unless it failed (or hold stale dataset copies), else stop them.
+        """A pass ended: keep persistent workers unless it failed, else stop them.
 
         Threads are joined (~2 s at most) unless the pass failed (a hung thread is not waited
         for); processes are not joined from a finaliser, where a join can stall whatever the
         garbage collector interrupted (they are told to stop and terminated).
         """
         if workers is self._shared:
-            # Worker processes hold copies of the dataset: while its set_epoch is the user's
-            # to call (no loader.set_epoch yet), they restart each epoch to copy it afresh,
-            # as the stock loader's default (non-persistent) workers do.
-            if not failed and not (isinstance(workers, ProcessWorkers) and self._epoch_sync.user_owned):
+            if not failed:
                 return
             self._shared = None
         workers.close(wait=not failed and not (finalizing and isinstance(workers, ProcessWorkers)))

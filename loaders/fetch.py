@@ -24,6 +24,7 @@ from loaders.errors import SampleError
 
 __all__ = [
     "EpochSync",
+    "UNKNOWN_EPOCH",
     "Fetched",
     "Skip",
     "describe_batch",
@@ -135,20 +136,24 @@ def _survives_pickling(err: BaseException) -> bool:
     return True
 
 
+UNKNOWN_EPOCH = object()  # EpochSync.observe(): the dataset shows no epoch attribute
+
+
 class EpochSync:
     """Calls ``dataset.set_epoch(epoch)`` when a batch of a new epoch arrives, once per epoch change,
     from the first ``loader.set_epoch`` on (``drive()``).
 
     Until then the dataset's epoch is the user's, as with the stock loader, which never
     calls it: a script calling ``dataset.set_epoch(e)`` itself keeps its values (the
-    loader then starts worker processes afresh each epoch, so their copies see them; see
-    ``user_owned``). Once the loader drives, the epoch travels with each batch, so a
+    loader then restarts worker processes whose copy of the dataset is older than the
+    user's last call; see ``user_owned`` and ``observe``). Once the loader drives, the epoch travels with each batch, so a
     persistent worker's copy of the dataset (in a process) sees every epoch, not only the
     one it was started in. The flag lives in shared memory, so persistent worker
     processes see it turn on. Thread-safe: thread workers share one dataset and one EpochSync.
     """
 
     def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
         set_epoch = getattr(dataset, "set_epoch", None)
         self._set_epoch = set_epoch if callable(set_epoch) else None
         self._epoch: int | None = None
@@ -160,8 +165,16 @@ class EpochSync:
     @property
     def user_owned(self) -> bool:
         """Whether the dataset has a ``set_epoch`` that only the user calls (no ``loader.set_epoch`` yet):
-        copies of it in worker processes must then be fresh each epoch to see the user's calls."""
+        copies of it in worker processes must then be made after the user's last call."""
         return self._driven is not None and not self._driven.value
+
+    def observe(self) -> object:
+        """The dataset's ``epoch`` attribute as the user left it, or UNKNOWN_EPOCH if it shows none."""
+        try:
+            epoch = getattr(self._dataset, "epoch", UNKNOWN_EPOCH)
+        except Exception:  # a property that fails: nothing to go by
+            return UNKNOWN_EPOCH
+        return epoch if isinstance(epoch, (int, float, str)) else UNKNOWN_EPOCH
 
     def drive(self) -> None:
         """From now on hand each batch's epoch to the dataset (in every worker, persistent ones too)."""
@@ -182,7 +195,7 @@ class EpochSync:
         driven = self._driven
         if driven is not None and get_spawning_popen() is None:
             driven = _Flag(driven.value)
-        return {"_set_epoch": self._set_epoch, "_epoch": self._epoch, "_driven": driven}
+        return {"_dataset": self._dataset, "_set_epoch": self._set_epoch, "_epoch": self._epoch, "_driven": driven}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

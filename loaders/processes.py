@@ -233,6 +233,11 @@ class ProcessWorkers:
         _LIVE.add(self)
 
     @property
+    def copies_dataset(self) -> bool:
+        """Whether the dataset is read from copies in worker processes (num_workers > 0)."""
+        return self._in_flight is not None
+
+    @property
     def handles(self) -> list[Any]:
         """The worker processes of the current pass (empty before the first and after close)."""
         return list(getattr(self._iterator, "_workers", ()))

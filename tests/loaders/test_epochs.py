@@ -434,3 +434,33 @@ def test_a_copy_of_the_epoch_sync_keeps_whether_the_loader_drives() -> None:
     copy = pickle.loads(pickle.dumps(sync))  # a plain pickle: no shared memory outside process start-up
     assert not copy.user_owned and sync.user_owned is False
     assert EpochSync(EpochTagged()).user_owned and not EpochSync(object()).user_owned
+
+
+class Unversioned(EpochTagged):
+    """A set_epoch whose effect the loader cannot read back (no ``epoch`` attribute)."""
+
+    def __init__(self) -> None:
+        self.tag = -1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.tag = epoch
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return index, self.tag
+
+
+def test_worker_processes_restart_only_when_the_users_dataset_epoch_may_have_changed() -> None:
+    def pids_per_pass(dataset: Any, calls: list[int | None]) -> list[list[int]]:
+        seen = []
+        with DataLoader(dataset, batch_size=2, num_workers=2, worker_type="process") as loader:
+            for epoch in calls:
+                if epoch is not None:
+                    dataset.set_epoch(epoch)
+                assert {int(e) for _, epochs in loader for e in epochs} == {-1 if epoch is None else epoch}
+                seen.append(sorted(p.pid for p in loader._shared.handles))  # type: ignore[union-attr]
+        return seen
+
+    first, same, changed, same_again = pids_per_pass(EpochTagged(), [3, 3, 4, 4])
+    assert first == same != changed == same_again  # the dataset's epoch shows whether its copies are stale
+    first, second = pids_per_pass(Unversioned(), [5, 5])
+    assert first != second  # nothing to compare: a new pass may follow a call
