@@ -99,7 +99,8 @@ def _buffer(nbytes: int) -> bytearray:
 
 def as_array(image: Image.Image, *, flip: bool = False) -> np.ndarray:
     """uint8 [H, W, 3] RGB, C-contiguous and writeable, from an RGB or RGBX Pillow image,
-    mirrored left-right with ``flip`` (one pass in C where the extension is built)."""
+    mirrored left-right with ``flip``: where the extension is built, one pass in C without
+    the GIL, reading Pillow's memory in place (tools/RESULTS.md §13)."""
     if _jpeg_region is None:
         if flip:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
