@@ -22,7 +22,6 @@ what is left), also after errors and timeouts.
 from __future__ import annotations
 
 import atexit
-import gc
 import multiprocessing
 import os
 import re
@@ -249,7 +248,7 @@ class ProcessWorkers:
         self._init.epoch = epoch
         self._epoch.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
-        return self._outcomes(_forked_without_garbage(self._loader))
+        return self._outcomes(iter(self._loader))
 
     def _outcomes(self, iterator: Any) -> Iterator[BatchOutcome]:
         # An abandoned pass leaves its processes to close(), which the DataLoader calls.
@@ -329,24 +328,6 @@ class ProcessWorkers:
     def __del__(self) -> None:
         if hasattr(self, "_loader"):
             self.close(wait=False)
-
-
-def _forked_without_garbage(loader: _TorchDataLoader[Any]) -> Any:
-    """``iter(loader)``, whose forked workers never collect this process's objects.
-
-    Frozen objects are left alone by the collector, in the children that inherit them: this
-    process's garbage (a failed pass's torch iterator, a user's file) is not finalised in a
-    worker, and the workers' collections do not write to the pages they share with us.
-    Python's documented recipe for fork (gc.freeze); here it is undone at once, unless the
-    user froze objects themselves (unfreezing would undo theirs too).
-    """
-    if gc.get_freeze_count():
-        return iter(loader)
-    gc.freeze()
-    try:
-        return iter(loader)
-    finally:
-        gc.unfreeze()
 
 
 def _tell_to_stop(iterator: Any) -> None:

@@ -743,23 +743,3 @@ def test_a_failed_batch_raises_in_its_turn_and_the_pass_goes_on(options: dict[st
             next(iterator)
     assert got == [[0, 1], "img3", [4, 5], [6, 7], "img8"]
     assert loader.epoch == 1
-
-
-def test_objects_a_user_froze_stay_frozen_across_worker_starts() -> None:
-    gc.freeze()  # Python's recipe before forking, done by the user's script
-    try:
-        frozen = gc.get_freeze_count()
-        with DataLoader(Numbers(), batch_size=2, num_workers=2, worker_type="process",
-                        persistent_workers=False) as loader:
-            for _ in range(2):
-                assert len(list(loader)) > 0
-        assert gc.get_freeze_count() > frozen * 0.9  # (some frozen objects die meanwhile; unfreezing drops it to 0)
-    finally:
-        gc.unfreeze()
-
-
-def test_starting_worker_processes_leaves_nothing_frozen() -> None:
-    assert gc.get_freeze_count() == 0
-    with DataLoader(Numbers(), batch_size=2, num_workers=2, worker_type="process") as loader:
-        list(loader)
-    assert gc.get_freeze_count() == 0
