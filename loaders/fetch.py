@@ -24,9 +24,9 @@ from loaders.errors import SampleError
 
 __all__ = [
     "EpochSync",
-    "UNKNOWN_EPOCH",
     "Fetched",
     "Skip",
+    "UNKNOWN_EPOCH",
     "describe_batch",
     "describe_error",
     "fetch_samples",
@@ -146,10 +146,11 @@ class EpochSync:
     Until then the dataset's epoch is the user's, as with the stock loader, which never
     calls it: a script calling ``dataset.set_epoch(e)`` itself keeps its values (the
     loader then restarts worker processes whose copy of the dataset is older than the
-    user's last call; see ``user_owned`` and ``observe``). Once the loader drives, the epoch travels with each batch, so a
-    persistent worker's copy of the dataset (in a process) sees every epoch, not only the
-    one it was started in. The flag lives in shared memory, so persistent worker
-    processes see it turn on. Thread-safe: thread workers share one dataset and one EpochSync.
+    user's last call; see ``user_owned`` and ``observe``). Once the loader drives, the
+    epoch travels with each batch, so a persistent worker's copy of the dataset (in a
+    process) sees every epoch, not only the one it was started in. The flag lives in
+    shared memory, so persistent worker processes see it turn on. Thread-safe: thread
+    workers share one dataset and one EpochSync.
     """
 
     def __init__(self, dataset: Any) -> None:
