@@ -125,8 +125,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     sampler the user gave keeps its own epoch (its ``set_epoch`` is theirs to call). The
     dataset's ``set_epoch``, if any, is the user's until the first ``set_epoch`` here; from
     then on it is called where its samples are read, in every worker (until then worker
-    processes restart when their copy may predate the user's last call). An iteration abandoned after one batch (a peek, a shape probe) does not use
-    up the epoch; one abandoned later does. ``close()`` (or ``with``) stops the workers.
+    processes restart when their copy may predate the user's last call). An iteration
+    abandoned after one batch (a peek, a shape probe) does not use up the epoch; one
+    abandoned later does. ``close()`` (or ``with``) stops the workers.
     """
 
     # Drop-in signature: torch's 17 parameters must stay positional-compatible.
