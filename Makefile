@@ -20,7 +20,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py loaders/_jpeg_region.c Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib "ray>=2.40"
+	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib "ray>=2.40" \
+	  tokenizers obstore "moto[server]" megatron-core ruff mypy
 	@$(MAKE) --no-print-directory pillow
 	$(PIP) install --no-deps -e .
 	@$(PY) -c "import loaders.region as r, sys; sys.exit(0 if r.is_available() else 1)" \
