@@ -1,10 +1,10 @@
 """The manifest: ``OUT/manifest.json``, written last, describes a complete shard directory.
 
-Schema, version 2 (keys are the module constants below)::
+Schema, version 3 (keys are the module constants below)::
 
     {
-      "version": 2,
-      "format": "wds" | "parquet",
+      "version": 3,
+      "format": "wds" | "parquet" | "tokens",
       "layout": "image-folder" | "grouped" | "table" | "text" | "adopted",
       "layout_reason": "every file is in a class folder ..." | null,  # why this layout (given or detected)
       "raw_listing_sha256": "..." | null,          # digest of RAW's (path, size, mtime) listing
@@ -13,13 +13,26 @@ Schema, version 2 (keys are the module constants below)::
       "label_map": {"cat": 0, "dog": 1} | null,    # class name -> index, sorted by name
       "schema": [{"name": "jpg", "type": "binary"}, ...] | null,
       "shards": [{"name": "shard-000000.tar", "index": "shard-000000.tar.idx" | null,
-                  "num_samples": 1000, "bytes": 123456, "sha256": "...", "fields": ["cls", "jpg"]}],
+                  "num_samples": 1000, "bytes": 123456, "sha256": "...", "fields": ["cls", "jpg"],
+                  "num_tokens": null, "index_sha256": null}],
+      "tokenizer": null,
       "totals": {"inputs_seen": 1010, "samples_kept": 1000, "rejected": 10,
                  "rejected_by_reason": {"truncated": 3, ...}},
       "rejects": "rejects.jsonl"
     }
 
-Version 1 (no ``layout_reason``, no ``raw_listing_sha256``) is still read.
+Token output (``format: "tokens"``, see ``dataprep.token_shards``): each shard is a
+Megatron-Core ``IndexedDataset`` pair, ``name`` the ``.bin`` (``bytes`` and ``sha256`` of it) and
+``index`` the ``.idx`` (``index_sha256``); ``num_samples`` counts documents and ``num_tokens``
+their tokens, EOS included. ``tokenizer`` records what made the ids::
+
+      "tokenizer": {"name": "tokenizer.json" | "bytes", "sha256": "...", "vocab_size": 50257,
+                    "eos": "<|endoftext|>", "eos_id": 50256, "dtype": "uint16" | "int32"}
+
+``sha256`` is the sha256 of the tokenizer file's bytes (for ``bytes``, of the built-in
+tokenizer's name). The token keys are ``null`` for the other formats.
+
+Versions 1 (no ``layout_reason``, no ``raw_listing_sha256``) and 2 (no token keys) are still read.
 
 Sample index *i* of the dataset is sample ``i - start`` of the shard whose cumulative
 range holds it, in manifest order; ``Manifest.shard_starts`` gives those starts.
@@ -41,11 +54,12 @@ from dataprep.fsutil import atomic_write_bytes
 
 MANIFEST_NAME = "manifest.json"
 REJECTS_NAME = "rejects.jsonl"
-MANIFEST_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 FORMAT_WDS = "wds"
 FORMAT_PARQUET = "parquet"
+FORMAT_TOKENS = "tokens"
 
 _HASH_CHUNK = 1 << 20
 
@@ -61,7 +75,11 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard as recorded in the manifest. ``index`` is None for Parquet shards."""
+    """One shard as recorded in the manifest. ``index`` is None for Parquet shards.
+
+    Token shards: ``name`` is the ``.bin``, ``index`` the ``.idx`` and ``index_sha256`` its
+    sha256, ``num_samples`` documents and ``num_tokens`` tokens; both None for other formats.
+    """
 
     name: str
     num_samples: int
@@ -69,6 +87,8 @@ class ShardInfo:
     sha256: str
     index: str | None = None
     fields: tuple[str, ...] = ()
+    num_tokens: int | None = None
+    index_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,11 +98,16 @@ class ShardInfo:
             "bytes": self.bytes,
             "sha256": self.sha256,
             "fields": list(self.fields),
+            "num_tokens": self.num_tokens,
+            "index_sha256": self.index_sha256,
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ShardInfo:
-        return cls(doc["name"], int(doc["num_samples"]), int(doc["bytes"]), doc["sha256"], doc.get("index"), tuple(doc.get("fields", ())))
+        tokens = doc.get("num_tokens")
+        return cls(name=doc["name"], num_samples=int(doc["num_samples"]), bytes=int(doc["bytes"]),
+                   sha256=doc["sha256"], index=doc.get("index"), fields=tuple(doc.get("fields", ())),
+                   num_tokens=None if tokens is None else int(tokens), index_sha256=doc.get("index_sha256"))
 
 
 @dataclass(frozen=True)
@@ -122,6 +147,7 @@ class Manifest:
     rejects: str | None = REJECTS_NAME
     layout_reason: str | None = None
     raw_listing_sha256: str | None = None
+    tokenizer: dict[str, Any] | None = None
     version: int = MANIFEST_VERSION
 
     @property
@@ -147,6 +173,7 @@ class Manifest:
             "shards": [s.to_json() for s in self.shards],
             "totals": self.totals.to_json(),
             "rejects": self.rejects,
+            "tokenizer": self.tokenizer,
         }
 
     @classmethod
@@ -167,6 +194,7 @@ class Manifest:
                 rejects=doc.get("rejects"),
                 layout_reason=doc.get("layout_reason"),
                 raw_listing_sha256=doc.get("raw_listing_sha256"),
+                tokenizer=doc.get("tokenizer"),
                 version=version,
             )
         except (KeyError, TypeError, ValueError) as err:

@@ -13,7 +13,7 @@ from PIL import Image
 
 from dataprep.cli import main
 from dataprep.layouts import IdentityPacker
-from dataprep.manifest import read_manifest
+from dataprep.manifest import MANIFEST_VERSION, read_manifest
 from tests.samples import tar_samples
 
 
@@ -101,7 +101,7 @@ def test_tsv_files_are_tables(tmp_path):
     table = pq.read_table(out / read_manifest(out).shards[0].name)
     assert table.column("name").to_pylist() == ["a b", "c, d"] and table.column("id").to_pylist() == [1, 2]
     manifest = read_manifest(out)
-    assert manifest.layout == "table" and manifest.layout_reason and manifest.version == 2
+    assert manifest.layout == "table" and manifest.layout_reason and manifest.version == MANIFEST_VERSION
     auto = tmp_path / "auto"
     assert shard_cli(raw, auto, "--workers", "1", "--json") == 0
     assert read_manifest(auto).layout == "table" and read_manifest(auto).layout_reason

@@ -48,6 +48,7 @@ import pytest
 from PIL import Image
 
 from dataprep.cli import main
+from dataprep.manifest import MANIFEST_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = ".dataprep"          # OUT's state folder, as the README names it
@@ -916,7 +917,8 @@ def test_damaged_manifest_of_a_finished_out(cli, tmp_path: Path, damage: str) ->
     elif damage == "garbage":
         (out / MANIFEST).write_bytes(b"\x00" * 100)
     else:
-        (out / MANIFEST).write_text(text.replace('"version": 2', '"version": 99', 1))
+        assert f'"version": {MANIFEST_VERSION}' in text
+        (out / MANIFEST).write_text(text.replace(f'"version": {MANIFEST_VERSION}', '"version": 99', 1))
     for args in (("verify", out), ("info", out), ("shard", tmp_path / "raw", out, "--workers", "1",
                                                     "--samples-per-shard", "2")):
         res = cli(*args)
