@@ -1,6 +1,6 @@
 """Keep torch's ``get_worker_info()`` truthful inside our worker processes.
 
-torch records a ``WorkerInfo`` (frozen) before ``worker_init_fn`` runs. Our workers then
+torch records a ``WorkerInfo`` (frozen; a dataclass from torch 2.13) before ``worker_init_fn`` runs. Our workers then
 reseed (``loaders.seeding.seed_worker``) and read through a wrapper of the user's dataset
 (``loaders.processes``). torch promises ``info.seed == torch.initial_seed()`` and
 ``info.dataset`` is this process's copy of the user's dataset: code that seeds other
@@ -24,8 +24,13 @@ WRAPPER_FLAG = "wraps_user_dataset"
 
 def _update(**changes: Any) -> None:
     info = getattr(torch_worker, "_worker_info", None)
-    if info is not None:
+    if info is None:
+        return
+    if dataclasses.is_dataclass(info):
         torch_worker._worker_info = dataclasses.replace(info, **changes)
+    else:  # torch < 2.13: a plain class that refuses assignment once built, so build another
+        fields = {key: getattr(info, key) for key in ("id", "num_workers", "seed", "dataset")}
+        torch_worker._worker_info = type(info)(**{**fields, **changes})
 
 
 def record_seed(torch_seed: int) -> None:

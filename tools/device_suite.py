@@ -1,5 +1,6 @@
 """Everything issue 13 asks of a GPU machine, in one or two calls, with every result under ``--out``.
 
+    python -m tools.device_suite --out "$OUT" --budget-s 400  # part "one": every step below, in one call
     python -m tools.device_suite --out "$OUT" --part 1     # tests on CUDA, copies, augment cost, decode
     python -m tools.device_suite --out "$OUT" --part 2     # end to end training, scaling to 16 cores
     python -m tools.device_suite --out DIR --smoke         # both parts, tiny, on the CPU (CI runs this)
@@ -25,6 +26,10 @@ Part 2 (about 5 minutes):
              processes over disjoint parts of the inputs; speed-up and CPU efficiency
   scaling_loader  loader img/s at 1..16 workers, threads vs processes (``tools.loader``'s
              runner), with CPU efficiency per worker
+
+Part "one" (the default) runs env, pytest, h2d, augment, data, end_to_end (16 workers only),
+decode, scaling_loader, scaling_shard in that order within one ``--budget-s``: what a short lease
+needs most comes first.
 
 Each step's result is written to OUT/part<N>.json (the whole document, rewritten after every
 step) the moment the step ends, so a late failure or the call's time limit loses nothing
@@ -65,10 +70,20 @@ from tools._train_step import SMOKE as BENCH_SMOKE
 TOOL = "device_suite"
 SUITE_VERSION = 1
 PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
-         "2": ("env", "data", "end_to_end", "scaling_shard", "scaling_loader")}
+         "2": ("env", "data", "end_to_end", "scaling_shard", "scaling_loader"),
+         # One call of the lease (issue 23): correctness first, then the figures in order of need.
+         "one": ("env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "scaling_loader",
+                 "scaling_shard")}
+# The files that hold the gpu-marked tests and the CUDA correctness tests (collecting the whole
+# tree on the device costs time and trips on test extras that are not installed there).
+GPU_TEST_FILES = ("tests/loaders/test_cuda_correctness.py", "tests/loaders/test_collate.py",
+                  "tests/loaders/test_buffers.py", "tests/loaders/test_prefetch.py",
+                  "tests/loaders/augment/test_augment_pipeline.py", "tests/tools/test_gpu_bench.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
             e2e_workers=(4, 8, 16), scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), loader_batch=64,
-            loader_epochs=2, pytest_targets=("tests",), pytest_timeout_s=300.0)
+            loader_epochs=2, pytest_targets=GPU_TEST_FILES, pytest_timeout_s=150.0)
+# Part "one": end to end at 16 workers only, so that the scaling rows still fit the call.
+FULL_ONE = dataclasses.replace(FULL, e2e_workers=(16,), scale_workers=(1, 4, 16))
 SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), scale_workers=(1, 2),
              writer_processes=(2,), loader_batch=4, loader_epochs=1, pytest_targets=("tests/loaders/test_cuda_correctness.py",),
              pytest_timeout_s=120.0)
@@ -135,7 +150,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     action.add_argument("--out", type=Path, help="directory for the results (created)")
     action.add_argument("--render", type=Path, metavar="DIR",
                         help="print the tables of the part*.json files in DIR (from an earlier run); runs nothing")
-    parser.add_argument("--part", choices=("1", "2", "all"), default="all", help="which part to run (default all)")
+    parser.add_argument("--part", choices=("one", "1", "2", "all"), default="one",
+                        help="which part to run: one (default: every step in one call, in order of need), "
+                             "1, 2, or all (1 then 2)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, on the CPU when there is no GPU")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds for the whole invocation (both parts with --part all); steps whose turn "
@@ -221,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     # Timed as a tuned run trains: cuDNN picks its algorithms in the untimed warm-up steps.
     torch.backends.cudnn.benchmark = device.type == "cuda"
-    plan = SMOKE if args.smoke else FULL
+    plan = SMOKE if args.smoke else (FULL_ONE if args.part == "one" else FULL)
     deadline = time.monotonic() + budget_s  # one budget for the whole invocation: it must fit one call
     ok = [run_part(args.out, part, device, plan, deadline, args.smoke, args.steps, argv_list) for part in parts]
     print(f"{TOOL}: results in {', '.join(str(args.out / f'part{p}.json') for p in parts)}", flush=True)

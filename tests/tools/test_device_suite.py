@@ -15,6 +15,8 @@ from tools import device_suite
 from tools._suite_part1 import junit_summary
 from tools._suite_part2 import add_efficiency, split_tree
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
@@ -140,37 +142,47 @@ def test_split_tree_holds_every_file_once_in_its_class_folder(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_step_of_both_parts(tmp_path: Path) -> None:
+def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> None:
     assert device_suite.main(["--smoke", "--out", str(tmp_path)]) == 0
-    part1, part2 = load(tmp_path / "part1.json"), load(tmp_path / "part2.json")
-    assert list(part1["steps"]) == list(device_suite.PARTS["1"])
-    assert list(part2["steps"]) == list(device_suite.PARTS["2"])
-    for step in (*part1["steps"].values(), *part2["steps"].values()):
+    document = load(tmp_path / "partone.json")
+    steps = document["steps"]
+    # Correctness first, then the figures a short lease needs most (issue 23's order).
+    assert list(steps) == list(device_suite.PARTS["one"]) == [
+        "env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "scaling_loader", "scaling_shard"]
+    assert set(device_suite.PARTS["one"]) == set(device_suite.PARTS["1"]) | set(device_suite.PARTS["2"])
+    for step in steps.values():
         assert step["status"] == "ok", step
-    pytest_step = part1["steps"]["pytest"]["result"]
+    pytest_step = steps["pytest"]["result"]
     assert pytest_step["exit_code"] == 0 and pytest_step["failed"] == [] and pytest_step["tests"] > 0
-    decode = part1["steps"]["decode"]["result"]
+    decode = steps["decode"]["result"]
     assert decode["raw"]["cpu_full_img_s"] > 0 and decode["resized_256"]["cpu_loader_crop_img_s"] > 0
     if not torch.cuda.is_available():  # every CUDA-only figure says why it is missing
         assert decode["raw"]["gpu_skipped"] == "no CUDA device"
-        assert part1["steps"]["h2d"]["result"]["not_measured"]["pinned rows"] == "pinned host memory needs CUDA"
-        assert "gpu_idle_fraction" in part2["steps"]["end_to_end"]["result"]["not_measured"]
-    e2e = part2["steps"]["end_to_end"]["result"]
+        assert steps["h2d"]["result"]["not_measured"]["pinned rows"] == "pinned host memory needs CUDA"
+        assert "gpu_idle_fraction" in steps["end_to_end"]["result"]["not_measured"]
+    e2e = steps["end_to_end"]["result"]
     assert {r["feed"] for r in e2e["fed"]} == {"loaders, shards pre-resized 256", "loaders, shards as raw",
                                                "torch, raw files, float32"}
     assert all(r["img_s"] > 0 and "error" not in r for r in e2e["fed"]) and e2e["ceiling_img_s"] > 0
-    shard_rows = part2["steps"]["scaling_shard"]["result"]["rows"]
+    shard_rows = steps["scaling_shard"]["result"]["rows"]
     assert {r["mode"] for r in shard_rows} == {"threads", "processes"}
-    images = part2["steps"]["data"]["result"]["images"]
+    images = steps["data"]["result"]["images"]
     assert 0 < images <= device_suite.SMOKE.raw_images  # colour JPEGs only
     assert all(r["images_per_s"] > 0 and r["kept"] == images for r in shard_rows)
-    loader_rows = part2["steps"]["scaling_loader"]["result"]["rows"]
+    loader_rows = steps["scaling_loader"]["result"]["rows"]
     assert {(r["worker_type"], r["workers"]) for r in loader_rows} == {
         (t, n) for t in ("thread", "process") for n in device_suite.SMOKE.scale_workers}
     # What comes back from the device machine: at most 8 files, none deeper than 2 folders.
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert len(files) <= 8 and {p.name for p in files} >= {"part1.json", "part2.json", "pytest_gpu.xml",
-                                                          "pytest_gpu.log"}
+    assert len(files) <= 8 and {p.name for p in files} >= {"partone.json", "pytest_gpu.xml", "pytest_gpu.log"}
+
+
+def test_the_full_plan_runs_the_gpu_tests_and_end_to_end_at_16_workers() -> None:
+    assert device_suite.FULL_ONE.e2e_workers == (16,) and device_suite.FULL_ONE.scale_workers == (1, 4, 16)
+    assert all((REPO / path).is_file() for path in device_suite.FULL.pytest_targets)
+    marked = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
+              if "mark.gpu" in p.read_text(encoding="utf-8") and p.name != "test_device_suite.py"}
+    assert marked <= set(device_suite.FULL.pytest_targets)  # no gpu-marked test file left out
 
 
 def test_a_hung_pytest_run_is_stopped_at_its_timeout_and_recorded(tmp_path: Path,
