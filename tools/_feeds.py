@@ -47,7 +47,7 @@ class Feed:
     prepare: Prepare | None = None
 
 
-def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device) -> Feed:
+def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device, worker_type: str = "auto") -> Feed:
     """``loaders.DataLoader(device=...)`` over dataprep shards: the fused decode + random crop
     + flip on the CPU (``RandomResizedCropDecode``), uint8 to the device, normalised there
     to bf16 channels_last (``Augment`` with no ops): the stock feed's transforms, split."""
@@ -58,7 +58,8 @@ def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device) -> Fe
         augment = Augment([], out_dtype=torch.bfloat16, mean=IMAGENET_MEAN, std=IMAGENET_STD)
         # drop_last: a short last batch would be a new shape for cuDNN to autotune.
         return DataLoader(dataset, batch_size=sizes.batch, num_workers=num_workers, device=str(device),
-                          sampler=cycled_indices(len(dataset), samples), drop_last=True, device_transform=augment)
+                          sampler=cycled_indices(len(dataset), samples), drop_last=True, device_transform=augment,
+                          worker_type=worker_type)
 
     return Feed(name, make)
 

@@ -37,6 +37,7 @@ def step_end_to_end(suite: Suite) -> dict[str, Any]:
     raw, shards, shards_256 = need(suite, "raw", "shards", "shards_256")
     device, sizes = suite.device, suite.plan.bench
     feeds = [ours_feed("loaders, shards pre-resized 256", shards_256, sizes, device),
+             ours_feed("loaders, pre-resized 256, processes", shards_256, sizes, device, worker_type="process"),
              ours_feed("loaders, shards as raw", shards, sizes, device),
              stock_feed("torch, raw files, float32", raw, sizes, device)]
     step = train_step_fn(device, sizes)

@@ -144,6 +144,17 @@ def render_step(name: str, record: dict[str, Any]) -> str:
     return f"{head}: {result}"
 
 
+def workers_list(text: str) -> tuple[int, ...]:
+    """``"8,16"`` -> (8, 16); ToolError for anything but positive ints."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise ToolError(f"--e2e-workers takes positive worker counts such as 8,16 (got {text!r})")
+    return counts
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m tools.{TOOL}", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
@@ -158,6 +169,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="seconds for the whole invocation (both parts with --part all); steps whose turn "
                              "comes later are skipped (default 540, inside a 600 s call; smoke 300)")
     parser.add_argument("--steps", default=None, help="comma-separated step names to run (default: all of the part)")
+    parser.add_argument("--e2e-workers", default=None, metavar="N,N",
+                        help="worker counts of the end_to_end rows (default: the plan's; 16 in part one)")
     return parser.parse_args(argv)
 
 
@@ -231,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts = ["1", "2"] if args.part == "all" else [args.part]
         for part in parts:
             selected_steps(part, args.steps)  # validate before anything runs
+        e2e_workers = None if args.e2e_workers is None else workers_list(args.e2e_workers)
         args.out.mkdir(parents=True, exist_ok=True)
     except (ToolError, OSError) as err:
         print(f"{TOOL}: {err}", file=sys.stderr)
@@ -239,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Timed as a tuned run trains: cuDNN picks its algorithms in the untimed warm-up steps.
     torch.backends.cudnn.benchmark = device.type == "cuda"
     plan = SMOKE if args.smoke else (FULL_ONE if args.part == "one" else FULL)
+    if e2e_workers is not None:
+        plan = dataclasses.replace(plan, e2e_workers=e2e_workers)
     deadline = time.monotonic() + budget_s  # one budget for the whole invocation: it must fit one call
     ok = [run_part(args.out, part, device, plan, deadline, args.smoke, args.steps, argv_list) for part in parts]
     print(f"{TOOL}: results in {', '.join(str(args.out / f'part{p}.json') for p in parts)}", flush=True)

@@ -77,7 +77,7 @@ class ColorJitter:
     def apply(self, images: torch.Tensor, params: JitterParams) -> torch.Tensor:
         """Apply the factors in the fixed order: RGB float [B, 3, H, W] -> same shape."""
         if self.brightness > 0:
-            images = torch.mul(images, params.brightness.view(-1, 1, 1, 1)).clamp_(0.0, 1.0)
+            images = torch.mul(images, params.brightness.view(-1, 1, 1, 1).to(images.dtype)).clamp_(0.0, 1.0)
         if self.contrast > 0:
             mean = grayscale(images).mean(dim=(1, 2, 3), keepdim=True)
             images = _blend(images, mean, params.contrast)
@@ -130,7 +130,7 @@ class Normalize:
 
     mean: Sequence[float]
     std: Sequence[float]
-    # (device, dtype) -> (mean, 1 / std) as [1, C, 1, 1]: built once, not copied per batch.
+    # (device, dtype) -> (-mean / std, 1 / std) as [1, C, 1, 1]: built once, not copied per batch.
     _constants: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
@@ -144,17 +144,25 @@ class Normalize:
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
 
-    def apply(self, images: torch.Tensor) -> torch.Tensor:
-        """float [B, C, H, W] -> normalised float [B, C, H, W], same dtype and device."""
+    def apply(self, images: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """float [B, C, H, W] -> normalised float [B, C, H, W], same dtype and device.
+
+        Computed as ``images * (1 / std) + (-mean / std)`` in one pass; ``out`` (same
+        shape, any floating dtype and memory format) receives it cast on the way, so a
+        cast to the model's dtype and layout costs no pass of its own.
+        """
         if images.shape[1] != len(self.mean):
             raise ConfigError(f"Normalize has {len(self.mean)} channels but images have shape {tuple(images.shape)}")
         key = (images.device, images.dtype)
         if key not in self._constants:
-            mean = torch.tensor(self.mean, dtype=images.dtype).view(1, -1, 1, 1)
-            inv_std = torch.tensor([1.0 / s for s in self.std], dtype=images.dtype).view(1, -1, 1, 1)
-            self._constants[key] = (mean.to(images.device), inv_std.to(images.device))
-        mean, inv_std = self._constants[key]
-        return (images - mean).mul_(inv_std)
+            inv_std = torch.tensor([1.0 / s for s in self.std], dtype=torch.float64)
+            bias = -torch.tensor(self.mean, dtype=torch.float64) * inv_std
+            self._constants[key] = (bias.to(images.dtype).view(1, -1, 1, 1).to(images.device),
+                                    inv_std.to(images.dtype).view(1, -1, 1, 1).to(images.device))
+        bias, inv_std = self._constants[key]
+        if out is None:
+            return torch.addcmul(bias, images, inv_std)
+        return torch.addcmul(bias, images, inv_std, out=out)
 
     def __call__(self, images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         check_images(images, "Normalize")

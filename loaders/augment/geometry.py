@@ -89,15 +89,22 @@ class RandomResizedCrop:
             return height, int(round(height * self.ratio[1]))
         return height, width
 
-    def apply(self, images: torch.Tensor, params: CropParams) -> torch.Tensor:
-        """Resample each image's box to ``out_size``: float [B, C, H, W] -> float [B, C, h, w]."""
+    def apply(self, images: torch.Tensor, params: CropParams, flip: torch.Tensor | None = None) -> torch.Tensor:
+        """Resample each image's box to ``out_size``: float [B, C, H, W] -> float [B, C, h, w].
+
+        ``flip`` (bool [B], optional) mirrors the samples where it is True in the same
+        resampling, by negating the horizontal scale of their affine map: one pass over the
+        batch instead of a crop followed by ``RandomHorizontalFlip.apply``, same values.
+        """
         batch, channels, height, width = images.shape
         box_h = params.height.to(images.dtype)
         box_w = params.width.to(images.dtype)
         # Affine map from output to input in normalised coordinates (align_corners=False):
-        # x_in = (w / W) * x_out + (2 * left + w) / W - 1, likewise for y.
+        # x_in = (w / W) * x_out + (2 * left + w) / W - 1, likewise for y. A flipped sample
+        # reads x_out's mirror -x_out: the same map with the x scale negated.
         theta = images.new_zeros(batch, 2, 3)
-        theta[:, 0, 0] = box_w / width
+        scale_x = box_w / width
+        theta[:, 0, 0] = scale_x if flip is None else torch.where(flip, -scale_x, scale_x)
         theta[:, 0, 2] = (2 * params.left.to(images.dtype) + box_w) / width - 1
         theta[:, 1, 1] = box_h / height
         theta[:, 1, 2] = (2 * params.top.to(images.dtype) + box_h) / height - 1

@@ -1,8 +1,15 @@
 """``Augment``: the batched pipeline from collated uint8 images to model-ready tensors.
 
-uint8 [B, H, W, C] (as collated, any device) -> float32 [B, C, H, W] in 0..1 -> each op
+uint8 [B, H, W, C] (as collated, any device) -> float [B, C, H, W] in 0..1 -> each op
 -> MixUp/CutMix (optional) -> Normalize (optional) -> ``out_dtype`` [B, C, H', W'] in
 channels_last (or contiguous) memory format, on the input's device.
+
+The work is memory-bound, so passes over the batch are what it costs: the uint8 -> float
+conversion is one kernel, a ``RandomHorizontalFlip`` right after a ``RandomResizedCrop`` is
+folded into the crop's resampling, and ``Normalize`` writes the output dtype and layout
+directly. On CUDA with a half ``out_dtype`` the ops after the first resampling run in
+float16 (half the bytes of float32; for values in 0..1 its spacing is at most 2^-11, an
+eighth of an 8-bit level); resampling stays in float32, whose grid coordinates need it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import torch
 
 from loaders.augment.base import BatchOp, TensorSpec, batch_generator, describe
 from loaders.augment.color import Normalize
+from loaders.augment.geometry import RandomHorizontalFlip, RandomResizedCrop
 from loaders.augment.mix import CutMix, MixUp
 from loaders.errors import ConfigError
 
@@ -23,6 +31,7 @@ IMAGE_KEY = "image"
 # Keys tried in order for the labels of a dict batch ("cls" is the WebDataset field name).
 LABEL_KEYS = ("label", "cls")
 OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 _Rebuild = Callable[[torch.Tensor, Any], Any]
 
@@ -117,20 +126,24 @@ class Augment:
         """uint8 [B, H, W, C] (+ labels) -> (out_dtype [B, C, H', W'], labels or soft labels)."""
         if images.dtype != torch.uint8 or images.dim() != 4:
             raise ConfigError(f"Augment expects uint8 images [B, H, W, C] (got {images.dtype} {tuple(images.shape)})")
-        # The permuted view is NCHW in channels_last strides: no copy before the float cast.
-        floats = images.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
-        for op in self.ops:
-            floats = op(floats, gen)
+        compute = torch.float16 if images.device.type == "cuda" and self.out_dtype in _HALF_DTYPES else torch.float32
+        steps = _fuse_flips(self.ops)
+        resamples_first = bool(steps) and isinstance(steps[0][0], RandomResizedCrop)
+        floats = _unit_floats(images, torch.float32 if resamples_first else compute)
+        for op, flip in steps:
+            floats = op(floats, gen) if flip is None else _crop_and_flip(op, flip, floats, gen)
+            floats = floats.to(compute)
         if self.mixup is not None:
             if labels is None:
                 raise ConfigError(
                     f"mixup needs labels: pass (images, labels) or a dict with one of {LABEL_KEYS} (got images only)"
                 )
             floats, labels = self.mixup(floats, labels, gen)
-        if self.normalize is not None:
-            floats = self.normalize.apply(floats)
         layout = torch.channels_last if self.channels_last else torch.contiguous_format
-        return floats.to(dtype=self.out_dtype, memory_format=layout), labels
+        if self.normalize is None:
+            return floats.to(dtype=self.out_dtype, memory_format=layout), labels
+        out = torch.empty(floats.shape, dtype=self.out_dtype, device=floats.device, memory_format=layout)
+        return self.normalize.apply(floats, out=out), labels
 
     def output_spec(self, input_spec: TensorSpec) -> TensorSpec:
         """The images' output spec for input uint8 [B, H, W, C] (B may be -1)."""
@@ -141,6 +154,35 @@ class Augment:
         for op in self.ops:
             spec = op.output_spec(spec)
         return TensorSpec(spec.shape, self.out_dtype)
+
+
+def _fuse_flips(ops: tuple[BatchOp, ...]) -> tuple[tuple[BatchOp, RandomHorizontalFlip | None], ...]:
+    """The ops as steps: a RandomHorizontalFlip right after a RandomResizedCrop joins it."""
+    steps: list[tuple[BatchOp, RandomHorizontalFlip | None]] = []
+    for op in ops:
+        if isinstance(op, RandomHorizontalFlip) and steps and isinstance(steps[-1][0], RandomResizedCrop) \
+                and steps[-1][1] is None:
+            steps[-1] = (steps[-1][0], op)
+        else:
+            steps.append((op, None))
+    return tuple(steps)
+
+
+def _crop_and_flip(crop: BatchOp, flip: RandomHorizontalFlip, images: torch.Tensor,
+                   gen: torch.Generator) -> torch.Tensor:
+    """Both ops in one resampling, their parameters drawn in the order the two calls draw them."""
+    assert isinstance(crop, RandomResizedCrop)  # _fuse_flips pairs nothing else
+    batch, _, height, width = images.shape
+    params = crop.sample_params(batch, gen, height, width)
+    return crop.apply(images, params, flip=flip.sample_params(batch, gen))
+
+
+def _unit_floats(images: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """uint8 [B, H, W, C] -> ``dtype`` [B, C, H, W] / 255 in channels_last memory, in one kernel."""
+    # The permuted view is NCHW in channels_last strides: read and written in memory order.
+    nchw = images.permute(0, 3, 1, 2)
+    out = torch.empty(nchw.shape, dtype=dtype, device=images.device, memory_format=torch.channels_last)
+    return torch.div(nchw, 255.0, out=out)
 
 
 def _unpack(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, _Rebuild]:

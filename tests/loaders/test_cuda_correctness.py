@@ -295,3 +295,17 @@ def test_device_augment_matches_the_cpu_batch_given_the_same_parameters(device: 
 
     assert torch.allclose(run(device).cpu(), run("cpu"), atol=1e-5, rtol=0)
 
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize(("out_dtype", "tolerance"), [(torch.float16, 4e-3), (torch.bfloat16, 3e-2)])
+def test_a_half_output_is_the_float32_output_rounded(out_dtype: torch.dtype, tolerance: float) -> None:
+    """On CUDA a half out_dtype runs the ops after the crop in float16: the result is the
+    float32 pipeline's to within the output dtype's rounding (values up to about 2.6)."""
+    images = photo_batch(32, 64, 72, seed=4).cuda()
+    ops = [RandomResizedCrop(48), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)]
+    half = Augment(ops, seed=3, out_dtype=out_dtype, mean=MEAN, std=STD)(images, epoch=0, batch_index=1)
+    full = Augment(ops, seed=3, out_dtype=torch.float32, mean=MEAN, std=STD)(images, epoch=0, batch_index=1)
+    assert half.dtype == out_dtype and half.is_contiguous(memory_format=torch.channels_last)
+    assert (half.float() - full).abs().max() <= tolerance
+

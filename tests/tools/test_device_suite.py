@@ -161,7 +161,8 @@ def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> N
         assert steps["h2d"]["result"]["not_measured"]["pinned rows"] == "pinned host memory needs CUDA"
         assert "gpu_idle_fraction" in steps["end_to_end"]["result"]["not_measured"]
     e2e = steps["end_to_end"]["result"]
-    assert {r["feed"] for r in e2e["fed"]} == {"loaders, shards pre-resized 256", "loaders, shards as raw",
+    assert {r["feed"] for r in e2e["fed"]} == {"loaders, shards pre-resized 256", "loaders, pre-resized 256, processes",
+                                               "loaders, shards as raw",
                                                "torch, raw files, float32"}
     assert all(r["img_s"] > 0 and "error" not in r for r in e2e["fed"]) and e2e["ceiling_img_s"] > 0
     shard_rows = steps["scaling_shard"]["result"]["rows"]

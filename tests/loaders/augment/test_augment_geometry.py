@@ -116,6 +116,22 @@ def test_flip_matches_a_per_sample_loop_exactly() -> None:
         assert torch.equal(out[i], expected)
 
 
+@pytest.mark.parametrize("size", [(12, 16), (9, 13)])
+def test_a_flip_folded_into_the_crop_equals_the_crop_then_the_flip(size: tuple[int, int]) -> None:
+    images = photo_like(32, 20, 24, seed=3)
+    crop, flip = RandomResizedCrop(size), RandomHorizontalFlip()
+    gen = batch_generator(1, 0, 0, "cpu")
+    params, flips = crop.sample_params(32, gen, 20, 24), flip.sample_params(32, gen)
+    assert 0 < int(flips.sum()) < 32
+    folded = crop.apply(images, params, flip=flips)
+    separate = flip.apply(crop.apply(images, params), flips)
+    # Even widths mirror every grid coordinate exactly; an odd width's middle column may
+    # differ by the rounding of its (near-zero) coordinate.
+    assert torch.allclose(folded, separate, atol=1e-6, rtol=0)
+    if size[1] % 2 == 0:
+        assert torch.equal(folded, separate)
+
+
 @pytest.mark.parametrize(("p", "flipped"), [(0.0, 0), (1.0, 16)])
 def test_flip_probability_extremes(p: float, flipped: int) -> None:
     assert int(RandomHorizontalFlip(p).sample_params(16, batch_generator(0, 0, 0, "cpu")).sum()) == flipped
