@@ -25,16 +25,37 @@ def measure_augment(device: torch.device, sizes: Sizes, step: Callable[..., None
     out: dict[str, Any] = {"batch": sizes.batch, "side": sizes.side, "step_ms": step_ms, "augment": []}
     for dtype in (torch.bfloat16, torch.float16):
         augment = Augment(ops, out_dtype=dtype, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        contiguous = Augment(ops, out_dtype=dtype, mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=False)
         runs: dict[str, Callable[[], Any]] = {
             "Augment": functools.partial(augment, images),
+            "Augment, contiguous out": functools.partial(contiguous, images),
             "unfused float32 chain": functools.partial(_chained, images, ops, dtype)}
         for name, run in runs.items():
             ms = time_ms(run, device, repeats=max(sizes.steps, 10))
             fraction = ms / step_ms
             out["augment"].append({"pipeline": name, "out_dtype": str(dtype).removeprefix("torch."), "ms": ms,
                                    "fraction_of_step": fraction, "meets_target": fraction < TARGET_AUGMENT_FRACTION})
+    if device.type == "cuda":
+        bf16 = Augment(ops, out_dtype=torch.bfloat16, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        out["kernels"] = kernel_times(functools.partial(bf16, images), repeats=10)
     return out
 
+
+def kernel_times(fn: Callable[[], object], *, repeats: int, top: int = 10) -> list[dict[str, Any]]:
+    """The ``top`` CUDA kernels of ``fn`` by device time: name, calls and ms per call of ``fn``,
+    from torch.profiler over ``repeats`` calls (after one untimed call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    rows = [{"kernel": event.key[:90], "calls": event.count // repeats,
+             "ms": getattr(event, "self_device_time_total", 0.0) / 1e3 / repeats}
+            for event in prof.key_averages()]
+    return sorted((r for r in rows if r["ms"] > 0), key=lambda r: -r["ms"])[:top]
 
 def _chained(images: torch.Tensor, ops: list[BatchOp], dtype: torch.dtype) -> torch.Tensor:
     """The ops one after another in float32, each its own pass(es), then normalise and cast:

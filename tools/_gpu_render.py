@@ -20,11 +20,17 @@ def render_h2d(rows: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def render_augment(aug: dict[str, Any], title: str) -> str:
-    return format_table(
+    table = format_table(
         ["pipeline", "out dtype", "ms/batch", "% of step", f"< {TARGET_AUGMENT_FRACTION:.0%}"],
         [[a.get("pipeline", "Augment"), a["out_dtype"], a["ms"], 100 * a["fraction_of_step"], a["meets_target"]]
          for a in aug["augment"]],
         title=f"{title}, batch {aug['batch']} at {aug['side']}px; ResNet-50 step {aug['step_ms']:.1f} ms")
+    if not aug.get("kernels"):
+        return table
+    rows = [[k["kernel"], k["calls"], k["ms"]] for k in aug["kernels"]]
+    kernels = format_table(["kernel", "calls", "ms/batch"], rows,
+                           title="Augment bfloat16: CUDA kernels by device time (torch.profiler)")
+    return f"{table}\n{kernels}"
 
 
 def render_end_to_end(e2e: dict[str, Any], title: str) -> str:
