@@ -96,20 +96,24 @@ class RandomResizedCrop:
         resampling, by negating the horizontal scale of their affine map: one pass over the
         batch instead of a crop followed by ``RandomHorizontalFlip.apply``, same values.
         """
-        batch, channels, height, width = images.shape
+        batch, _, height, width = images.shape
         box_h = params.height.to(images.dtype)
         box_w = params.width.to(images.dtype)
         # Affine map from output to input in normalised coordinates (align_corners=False):
         # x_in = (w / W) * x_out + (2 * left + w) / W - 1, likewise for y. A flipped sample
-        # reads x_out's mirror -x_out: the same map with the x scale negated.
-        theta = images.new_zeros(batch, 2, 3)
+        # reads x_out's mirror -x_out: the same map with the x scale negated. The map is
+        # axis-aligned, so the grid is built from one row of x and one column of y per sample
+        # (affine_grid would spend a batched matrix product with K=3 on it).
         scale_x = box_w / width
-        theta[:, 0, 0] = scale_x if flip is None else torch.where(flip, -scale_x, scale_x)
-        theta[:, 0, 2] = (2 * params.left.to(images.dtype) + box_w) / width - 1
-        theta[:, 1, 1] = box_h / height
-        theta[:, 1, 2] = (2 * params.top.to(images.dtype) + box_h) / height - 1
+        if flip is not None:
+            scale_x = torch.where(flip, -scale_x, scale_x)
+        offset_x = (2 * params.left.to(images.dtype) + box_w) / width - 1
+        offset_y = (2 * params.top.to(images.dtype) + box_h) / height - 1
         out_h, out_w = self.out_size
-        grid = F.affine_grid(theta, [batch, channels, out_h, out_w], align_corners=False)
+        grid_x = torch.addcmul(offset_x[:, None], scale_x[:, None], _pixel_centres(out_w, images)[None, :])
+        grid_y = torch.addcmul(offset_y[:, None], (box_h / height)[:, None], _pixel_centres(out_h, images)[None, :])
+        grid = torch.stack((grid_x[:, None, :].expand(batch, out_h, out_w),
+                            grid_y[:, :, None].expand(batch, out_h, out_w)), dim=-1)
         return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
     def __call__(self, images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -120,6 +124,12 @@ class RandomResizedCrop:
 
     def output_spec(self, spec: TensorSpec) -> TensorSpec:
         return TensorSpec((*spec.shape[:-2], *self.out_size), spec.dtype)
+
+
+def _pixel_centres(size: int, like: torch.Tensor) -> torch.Tensor:
+    """[size] normalised coordinates of pixel centres, affine_grid's (align_corners=False):
+    symmetric about 0 to the bit (linspace computes each half from its own end)."""
+    return torch.linspace(-1.0, 1.0, size, dtype=like.dtype, device=like.device) * ((size - 1) / size)
 
 
 @dataclass(frozen=True)
