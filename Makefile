@@ -3,17 +3,20 @@
 #   make test   set up .venv, run the test suite
 # Override the torch requirement for another machine: TORCH=torch make demo
 # (the default pins the CPU build that installs locally in under a minute).
+# Stock Pillow instead of Pillow-SIMD (both supported, both tested):
+#   make PILLOW=stock VENV=.venv-stock test
 
 PYTHON   ?= python3
 TORCH    ?= torch==2.13.0
-VENV     := .venv
+VENV     ?= .venv
+PILLOW   ?= simd
 PY       := $(VENV)/bin/python
 PIP      := $(PY) -m pip --disable-pip-version-check -q
 STAMP    := $(VENV)/.installed
 DEMO     ?= demo
 DEMO_IMAGES ?= 600
 
-.PHONY: demo test venv pillow system-deps clean bench
+.PHONY: demo test venv pillow pillow-stock pillow-simd system-deps clean bench
 
 venv: $(STAMP)
 
@@ -36,7 +39,16 @@ CODEC_HEADERS := libjpeg-dev zlib1g-dev libpng-dev libwebp-dev libtiff-dev liblc
 HAS_CODECS    := import PIL.features as f, sys; missing = [c for c in ('jpg', 'zlib', 'webp', 'libtiff', 'littlecms2') if not f.check(c)]; print(' '.join(missing)); sys.exit(1 if missing else 0)
 IS_SIMD       := import PIL, sys; sys.exit(0 if 'post' in PIL.__version__ else 1)
 
-pillow:
+pillow: pillow-$(PILLOW)
+
+pillow-stock:
+	@$(PIP) uninstall -y pillow-simd >/dev/null 2>&1 || true
+	$(PIP) install --force-reinstall --no-deps pillow
+	@if $(PY) -c "$(IS_SIMD)"; then echo "ERROR: PILLOW=stock, yet Pillow-SIMD is what imports" >&2; exit 1; fi
+	@echo "stock Pillow (PILLOW=stock)"
+
+# A source build (never a wheel pip cached from an earlier build, which may lack codecs).
+pillow-simd:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 \
 	    && ! dpkg -s $(CODEC_HEADERS) >/dev/null 2>&1; then \
 	  echo "installing codec headers for the Pillow-SIMD build (make system-deps)"; \
@@ -45,7 +57,7 @@ pillow:
 	@if $(PY) -c "$(IS_SIMD)" 2>/dev/null && $(PY) -c "$(HAS_CODECS)" >/dev/null 2>&1; then \
 	  echo "Pillow-SIMD already installed, every codec present"; \
 	elif command -v cc >/dev/null 2>&1 && { $(PIP) uninstall -y pillow pillow-simd >/dev/null 2>&1; \
-	     CC="cc -mavx2" $(PIP) install --no-binary :all: pillow-simd; } \
+	     CC="cc -mavx2" $(PIP) install --no-cache-dir --no-binary :all: pillow-simd; } \
 	     && missing=$$($(PY) -c "$(HAS_CODECS)"); then \
 	  echo "Pillow-SIMD built with every codec"; \
 	else \
