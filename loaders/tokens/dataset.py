@@ -127,11 +127,9 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
 
     def window(self, index: int, epoch: int) -> np.ndarray:
         """Sequence ``index``'s S+1 tokens in ``epoch``: a new array, dtype ``self.dtype``, [S+1]."""
-        segments = self.segments(index, index + 1, epoch)
         window = np.empty(self.seq_len + 1, dtype=self.corpus.dtype)
         at = 0
-        for document, offset, length in zip(segments.document.tolist(), segments.offset.tolist(),
-                                             segments.length.tolist()):
+        for document, offset, length in self.plan(epoch).sequence_segments(index):
             window[at:at + length] = self.corpus.read(document, offset, length)
             at += length
         return window

@@ -27,7 +27,7 @@ from loaders.tokens.permutation import FeistelPermutation
 __all__ = ["BLOCK_DOCS", "PackingPlan", "Segments"]
 
 BLOCK_DOCS = 4096  # permuted documents per block: one int64 checkpoint each
-_FIRST_EXTENSION_DOCS = 1 << 14  # the first extension is small (first batch fast), later ones double
+_FIRST_EXTENSION_DOCS = BLOCK_DOCS  # the first extension is one block (first batch fast), later ones double
 _MAX_EXTENSION_DOCS = 1 << 21
 _CACHED_BLOCKS = 16
 
@@ -124,6 +124,24 @@ class PackingPlan:
         docs = np.concatenate([d for d, _ in parts])
         starts = np.concatenate([s[:-1] for _, s in parts] + [parts[-1][1][-1:]])
         return docs, starts
+
+    def sequence_segments(self, sequence: int) -> list[tuple[int, int, int]]:
+        """(document, offset, length) of each segment of one sequence, in order: ``segments`` for one, as ints."""
+        if not 0 <= sequence < self.num_sequences:
+            raise IndexError(f"sequence {sequence} outside the epoch's [0, {self.num_sequences})")
+        token = sequence * self.window
+        stop_token = token + self.window
+        docs, starts = self._documents_over(token, stop_token)
+        i = int(np.searchsorted(starts, token, side="right")) - 1  # the document holding the first token
+        out = []
+        while token < stop_token:
+            start, end = int(starts[i]), int(starts[i + 1])
+            if end > start:
+                end = min(end, stop_token)
+                out.append((int(docs[i]), token - start, end - token))
+                token = end
+            i += 1
+        return out
 
     def segments(self, first: int, stop: int) -> Segments:
         """The segments of sequences ``[first, stop)`` (0 <= first <= stop <= num_sequences), in stream order."""

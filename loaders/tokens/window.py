@@ -23,6 +23,8 @@ with EOS in dataprep output, so the two agree there.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["IGNORE_INDEX", "WindowFields", "label_dtype", "window_fields"]
@@ -45,13 +47,25 @@ def window_fields(window: np.ndarray, eos_id: int, *, mask_across_documents: boo
     size = window.shape[0] - 1
     input_ids = window[:size]
     labels = window[1:].astype(label_dtype(window.dtype, mask_across_documents))
-    after_eos = input_ids[:-1] == eos_id
-    is_start = np.empty(size, dtype=bool)
-    is_start[0] = True
-    is_start[1:] = after_eos
-    document_ids = np.cumsum(is_start, dtype=np.int32) - 1
-    starts = np.flatnonzero(is_start).astype(np.int32)
-    position_ids = np.arange(size, dtype=np.int32) - starts[document_ids]
+    eos = (input_ids == eos_id).nonzero()[0]
+    # Segment bounds: 0, one past each EOS (one past the last input is the end, not a start), S.
+    bounds = np.empty(eos.shape[0] + 2, dtype=np.int32)
+    bounds[0] = 0
+    bounds[1:-1] = eos + 1
+    bounds[-1] = size
+    if eos.shape[0] and eos[-1] == size - 1:
+        bounds = bounds[:-1]
+    lengths = bounds[1:] - bounds[:-1]
+    document_ids = np.repeat(np.arange(lengths.shape[0], dtype=np.int32), lengths)
+    position_ids = _arange(size) - np.repeat(bounds[:-1], lengths)
     if mask_across_documents:
-        labels[input_ids == eos_id] = IGNORE_INDEX
+        labels[eos] = IGNORE_INDEX
     return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids, "document_ids": document_ids}
+
+
+@functools.lru_cache(maxsize=8)
+def _arange(size: int) -> np.ndarray:
+    """int32 [size] 0..size-1, read-only (shared by every item of that length)."""
+    values = np.arange(size, dtype=np.int32)
+    values.flags.writeable = False
+    return values

@@ -82,6 +82,21 @@ def test_every_token_once_except_the_tail(lengths: list[int], seq_len: int, key:
     assert position == delivered
 
 
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 60), min_size=1, max_size=300), seq_len=seq_lens, key=seeds)
+def test_one_sequence_path_equals_the_range_path(lengths: list[int], seq_len: int, key: int) -> None:
+    """``sequence_segments`` (items) and ``segments`` (digests, ranges) describe every sequence alike."""
+    lengths_array = np.array(lengths, dtype=np.int32)
+    plan = PackingPlan(lengths_array, FeistelPermutation(len(lengths), key), seq_len, int(lengths_array.sum()))
+    whole = plan.segments(0, plan.num_sequences)
+    for k in range(plan.num_sequences):
+        mine = whole.sequence == k
+        expected = list(zip(whole.document[mine].tolist(), whole.offset[mine].tolist(), whole.length[mine].tolist()))
+        assert plan.sequence_segments(k) == expected
+    with pytest.raises(IndexError):
+        plan.sequence_segments(plan.num_sequences)
+
+
 def test_first_batch_does_not_build_the_epoch() -> None:
     """Sequence 0 of a 10^6-document epoch computes a few blocks' prefix sums, not the epoch's."""
     n = 1_000_000
