@@ -131,7 +131,7 @@ def index_memory(root: Path, seq_len: int, batch_size: int) -> dict[str, float]:
     late, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     docs = dataset.corpus.num_documents
-    mapped = 0 if len(dataset.corpus._indices) > 1 else dataset.corpus.lengths.nbytes  # else a traced copy
+    mapped = dataset.corpus.lengths.nbytes if dataset.corpus.lengths_mapped else 0  # else a traced copy
     return {"documents": docs, "allocated_first_batch_bytes": early, "allocated_epoch_end_bytes": late - base,
             "allocated_peak_bytes": peak - base, "mapped_lengths_bytes": mapped,
             "plan_bytes": dataset.plan(0).index_bytes,
@@ -185,7 +185,7 @@ def steady(root: Path, seq_len: int, batch_size: int, batches: int, rounds: int)
                          "raise --tokens or lower --batches/--rounds")
     _ours(dataset, 0, 1, batch_size)  # warm-up: the plan's first blocks
     generator = torch.Generator().manual_seed(0)
-    bin_path = root / dataset.corpus._shards[0][1].name
+    bin_path = dataset.corpus.bin_paths[0]
     tokens = batches * batch_size * seq_len
     ours, theirs, advised = [], [], []
     progress = Progress("rounds", rounds)

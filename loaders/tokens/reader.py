@@ -162,6 +162,16 @@ class TokenCorpus:
     def dtype(self) -> np.dtype:
         return self.tokenizer.dtype
 
+    @property
+    def bin_paths(self) -> list[Path]:
+        """Every shard's .bin, in document order."""
+        return [out / shard.name for out, shard in self._shards]
+
+    @property
+    def lengths_mapped(self) -> bool:
+        """True when ``lengths`` is the mapped .idx itself (one shard), False when it is a copy in memory."""
+        return len(self._shards) == 1
+
     def _open_indices(self, *, check: bool) -> list[TokenIndex]:
         indices = []
         for out, shard in self._shards:
@@ -177,7 +187,7 @@ class TokenCorpus:
         return indices
 
     def _concat_lengths(self) -> np.ndarray:
-        if len(self._indices) == 1:
+        if self.lengths_mapped:
             return self._indices[0].lengths.view(np.ndarray)
         return np.concatenate([i.lengths for i in self._indices]).astype(np.int32, copy=False)
 

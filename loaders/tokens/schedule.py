@@ -72,41 +72,33 @@ class Shares:
         return len(self.numerators)
 
 
-def _release(shares: Shares, source: int, count: int) -> int | None:
-    """First step (1-based) at which source's item ``count + 1`` may be placed (None: weight 0)."""
-    numerator = shares.numerators[source]
-    return None if numerator == 0 else count * shares.total // numerator + 1
+def _window(shares: Shares, source: int, count: int) -> tuple[int, int]:
+    """(first, last) step (1-based) where the source's item ``count + 1`` may go: its quota window.
 
-
-def _deadline(shares: Shares, source: int, count: int) -> int | None:
-    """Last step at which source's item ``count + 1`` may be placed: ceil((count+1) / w)."""
-    numerator = shares.numerators[source]
-    return None if numerator == 0 else -(-(count + 1) * shares.total // numerator)
+    first = floor(count / w) + 1 (before it the source would pass ceil(w n)); last = ceil((count + 1) / w)
+    (after it the source would fall below floor(w n)). The source's share must be positive.
+    """
+    numerator, total = shares.numerators[source], shares.total
+    return count * total // numerator + 1, -(-(count + 1) * total // numerator)
 
 
 def run_schedule(shares: Shares, counts: list[int], step: int, steps: int) -> np.ndarray:
     """Sources of steps ``step + 1 .. step + steps`` (int16 [steps]) from ``counts`` after ``step``; updates counts."""
-    never = math.inf
-    live = [i for i, n in enumerate(shares.numerators) if n]
-    release: list[float] = [never] * len(shares)
-    deadline: list[float] = [never] * len(shares)
+    live = [i for i, n in enumerate(shares.numerators) if n]  # a zero share is never scheduled
+    release = [0] * len(shares)
+    deadline = [0] * len(shares)
     for i in live:
-        release[i] = _release(shares, i, counts[i]) or never
-        deadline[i] = _deadline(shares, i, counts[i]) or never
+        release[i], deadline[i] = _window(shares, i, counts[i])
     out = np.empty(steps, dtype=np.int16)
-    total = shares.total
-    numerators = shares.numerators
     for s in range(steps):
         t = step + s + 1
-        best, best_deadline = -1, never
+        best, best_deadline = -1, math.inf
         for i in live:
             if release[i] <= t and deadline[i] < best_deadline:
                 best, best_deadline = i, deadline[i]
         out[s] = best
-        count = counts[best] + 1
-        counts[best] = count
-        release[best] = count * total // numerators[best] + 1
-        deadline[best] = -(-(count + 1) * total // numerators[best])
+        counts[best] += 1
+        release[best], deadline[best] = _window(shares, best, counts[best])
     return out
 
 

@@ -88,8 +88,10 @@ def test_mixture_under_the_stock_dataloader(dataset: TokenDataset, tmp_path: Pat
         _equal(batch, _expected(mixture, list(range(5 * b, min(5 * b + 5, len(mixture))))))
 
 
-def test_loaders_dataloader_as_a_plain_map_style_dataset(dataset: TokenDataset) -> None:
-    loader: loaders.DataLoader = loaders.DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=collate, seed=0)
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_loaders_dataloader_as_a_plain_map_style_dataset(dataset: TokenDataset, worker_type: str) -> None:
+    loader: loaders.DataLoader = loaders.DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=collate, seed=0,
+                                                    worker_type=worker_type)
     batches = list(loader)
     assert len(batches) == -(-len(dataset) // 8)
     for b, batch in enumerate(batches):

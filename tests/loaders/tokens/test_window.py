@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
 from loaders.tokens import TokenDataset, collate
@@ -28,6 +30,26 @@ def test_window_fields_on_a_crafted_window() -> None:
     assert fields["document_ids"].dtype == np.int32 and fields["input_ids"].dtype == np.uint16
     unmasked = window_fields(window, E, mask_across_documents=False)
     assert unmasked["labels"].tolist() == window[1:].tolist() and unmasked["labels"].dtype == np.uint16
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from([1, 2, E]), min_size=2, max_size=60), mask=st.booleans())
+def test_window_fields_equal_a_token_by_token_reference(tokens: list[int], mask: bool) -> None:
+    fields = window_fields(np.array(tokens, dtype=np.uint16), E, mask_across_documents=mask)
+    position, document, positions, documents, labels = 0, 0, [], [], []
+    for i, token in enumerate(tokens[:-1]):
+        if i and tokens[i - 1] == E:
+            position, document = 0, document + 1
+        positions.append(position)
+        documents.append(document)
+        labels.append(-100 if mask and token == E else tokens[i + 1])
+        position += 1
+    assert fields["position_ids"].tolist() == positions
+    assert fields["document_ids"].tolist() == documents
+    assert fields["labels"].tolist() == labels
+    batch = collate([fields, fields])
+    starts = [i for i, p in enumerate(positions + positions) if p == 0]
+    assert batch["cu_seqlens"].tolist() == starts + [2 * len(positions)]
 
 
 def test_window_starting_inside_a_document_and_ending_on_eos() -> None:
