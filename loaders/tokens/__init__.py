@@ -1,0 +1,26 @@
+"""loaders.tokens: packed token sequences and weighted mixtures over dataprep token shards (see README.md).
+
+``TokenDataset`` (item k = packed sequence k of the epoch), ``Mixture`` (weighted sources,
+closed-form schedule), ``collate`` (adds ``cu_seqlens``), ``GridSampler`` and the pure
+distribution helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``).
+"""
+
+from __future__ import annotations
+
+from loaders.tokens.collate import collate
+from loaders.tokens.dataset import TokenDataset
+from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
+from loaders.tokens.mixture import Exhaustion, Mixture
+from loaders.tokens.sampler import GridSampler
+
+__all__ = [
+    "Exhaustion",
+    "GlobalGrid",
+    "GlobalPosition",
+    "GridSampler",
+    "GridStart",
+    "Mixture",
+    "TokenDataset",
+    "collate",
+    "resume_grid",
+]

@@ -1,0 +1,169 @@
+"""``TokenDataset``: packed sequences of token shards, a map-style dataset (item k = sequence k of the epoch).
+
+Pipeline: ``TokenCorpus`` (documents) -> ``epoch_permutation`` (seed, epoch) -> ``PackingPlan``
+(sequence -> segments) -> one window of S+1 tokens -> ``window_fields`` (the item). Changing
+``seq_len`` or ``seed`` changes only the plan, never the shards.
+
+Epochs: ``dataset[k]`` reads epoch ``dataset.epoch`` (``set_epoch``, default 0);
+``dataset[SampleIndex(k, e)]`` reads epoch ``e`` whatever ``set_epoch`` said, which is how a
+sampler hands the epoch over with each index (worker copies never miss it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from loaders.errors import ConfigError
+from loaders.tokens.arguments import check_int, resolve_item
+from loaders.sampler import SampleIndex
+from loaders.topology import Topology
+from loaders.tokens.collate import collate
+from loaders.tokens.digest import OrderDigest
+from loaders.tokens.packing import PackingPlan, Segments
+from loaders.tokens.permutation import epoch_permutation
+from loaders.tokens.reader import TokenCorpus, Tokenizer
+from loaders.tokens.window import WindowFields, label_dtype, window_fields
+
+__all__ = ["TokenDataset"]
+
+_CACHED_PLANS = 2  # the epoch being read and the next (a batch straddling set_epoch)
+_DIGEST_CHUNK = 4096  # sequences per segments() call in order_digest
+
+
+class TokenDataset(torch.utils.data.Dataset[WindowFields]):
+    """Packed sequences of S tokens (plus the next token as labels) from dataprep token shards.
+
+    Args:
+        paths: a dataprep output directory of ``format: "tokens"``, or several (one corpus, in order;
+            every one tokenized alike).
+        seq_len: S, tokens per sequence (a window is S+1 tokens: inputs 0..S-1, labels 1..S).
+        seed: base seed of the per-epoch document permutation (>= 0).
+        topology: rank and world size for ``sampler``; None = detected when a sampler is made.
+        mask_across_documents: set -100 on every label whose input token is EOS.
+
+    ``len()`` is the sequences of one epoch over all ranks, ``num_tokens // (S+1)``; the last
+    ``tail_tokens`` (< S+1) tokens of each epoch's stream are not delivered. Items are dicts of
+    numpy arrays (see ``loaders.tokens.window``); batch them with ``collate``.
+    """
+
+    collate = staticmethod(collate)
+
+    def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, seq_len: int,
+                 seed: int = 0, topology: Topology | None = None, mask_across_documents: bool = False) -> None:
+        self.seq_len = check_int("seq_len", seq_len, 1)
+        self.seed = check_int("seed", seed, 0)
+        self.topology = topology
+        self.mask_across_documents = bool(mask_across_documents)
+        self.corpus = TokenCorpus(paths)
+        window = self.seq_len + 1
+        if self.corpus.num_tokens < window:
+            raise ConfigError(f"'seq_len' {self.seq_len} needs windows of {window} tokens, but "
+                              f"{', '.join(map(str, self.corpus.paths))} hold {self.corpus.num_tokens} tokens in all; "
+                              f"hint: seq_len <= {self.corpus.num_tokens - 1}")
+        self.num_sequences = self.corpus.num_tokens // window
+        self.tail_tokens = self.corpus.num_tokens - self.num_sequences * window
+        self.epoch = 0
+        self._plans: OrderedDict[int, PackingPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.corpus.tokenizer
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of ``input_ids`` (the shards' token dtype)."""
+        return self.corpus.dtype
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        """dtype of ``labels``: the token dtype, or int32 when masking needs -100 and it cannot hold it."""
+        return label_dtype(self.corpus.dtype, self.mask_across_documents)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch plain int indices read (a ``SampleIndex`` carries its own)."""
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def __len__(self) -> int:
+        return self.num_sequences
+
+    def epoch_length(self, epoch: int) -> int:
+        """Sequences in ``epoch`` (all ranks): the same in every epoch, ``len(self)``."""
+        return self.num_sequences
+
+    def plan(self, epoch: int) -> PackingPlan:
+        """The packing plan of ``epoch`` (built lazily, the last two kept)."""
+        epoch = check_int("epoch", epoch, 0)
+        with self._lock:
+            plan = self._plans.get(epoch)
+            if plan is None:
+                permutation = epoch_permutation(self.corpus.num_documents, self.seed, epoch)
+                plan = PackingPlan(self.corpus.lengths, permutation, self.seq_len, self.corpus.num_tokens)
+                self._plans[epoch] = plan
+                if len(self._plans) > _CACHED_PLANS:
+                    self._plans.popitem(last=False)
+            else:
+                self._plans.move_to_end(epoch)
+            return plan
+
+    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
+        index, epoch = resolve_item(item, self.epoch)
+        if index < 0:
+            index += self.num_sequences
+        if not 0 <= index < self.num_sequences:
+            raise IndexError(f"sequence {index} outside [0, {self.num_sequences}) of {self.corpus.paths[0]}")
+        return index, epoch
+
+    def segments(self, first: int, stop: int, epoch: int) -> Segments:
+        """Where sequences ``[first, stop)`` of ``epoch`` come from (``loaders.tokens.packing.Segments``)."""
+        return self.plan(epoch).segments(first, stop)
+
+    def window(self, index: int, epoch: int) -> np.ndarray:
+        """Sequence ``index``'s S+1 tokens in ``epoch``: a new array, dtype ``self.dtype``, [S+1]."""
+        window = np.empty(self.seq_len + 1, dtype=self.corpus.dtype)
+        at = 0
+        for document, offset, length in self.plan(epoch).sequence_segments(index):
+            window[at:at + length] = self.corpus.read(document, offset, length)
+            at += length
+        return window
+
+    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
+        index, epoch = self._resolve(item)
+        return window_fields(self.window(index, epoch), self.corpus.tokenizer.eos_id,
+                             mask_across_documents=self.mask_across_documents)
+
+    def digest_rows(self, first: int, stop: int, epoch: int) -> np.ndarray:
+        """int64 [m, 5] rows (source, epoch, document, offset, length) of sequences [first, stop)."""
+        segments = self.segments(first, stop, epoch)
+        source, document = self.corpus.source_of(segments.document)
+        return np.stack([source, np.full_like(source, epoch), document, segments.offset, segments.length], axis=1)
+
+    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+        """sha256 (hex) of the segments sequences ``[start, stop)`` of ``epoch`` hold (``loaders.tokens.digest``)."""
+        epoch = self.epoch if epoch is None else epoch
+        digest = OrderDigest()
+        for first in range(start, stop, _DIGEST_CHUNK):
+            digest.update(self.digest_rows(first, min(first + _DIGEST_CHUNK, stop), epoch))
+        return digest.hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        """Plain values that a resume must find unchanged: the data, seq_len, seed, masking."""
+        return {**self.corpus.describe(), "seq_len": self.seq_len, "seed": self.seed,
+                "mask_across_documents": self.mask_across_documents}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"], state["_plans"]  # per-process caches, rebuilt on demand
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._plans = OrderedDict()

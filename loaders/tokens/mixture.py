@@ -1,0 +1,277 @@
+"""``Mixture``: a weighted mixture of ``TokenDataset`` sources, scheduled in closed form (map-style).
+
+Position n of an epoch reads the next sequence of the source the schedule gives it
+(``loaders.tokens.schedule``: earliest deadline first over the quota windows, no random
+draws): at every prefix of the epoch each source has within one sequence of its share.
+Weights count tokens (every sequence is S tokens, so a share of positions is a share of
+tokens); they are normalised, zero allowed. Each source reads its own ``TokenDataset`` in its
+own order: the c-th sequence a source gives in epoch e is its sequence ``c mod len`` in
+source epoch ``e`` (``stop``) or ``e * ceil(N / len) + c // len`` (``cycle``, so every pass of
+every epoch has its own permutation).
+
+Epoch length N (``len()``; ``epoch_length(e)``):
+
+- ``exhaustion="stop"``: ``min_i floor(len_i / w_i)``: the epoch ends before any source would
+  run past its end (at most one sequence of a source's share is left unread at that point).
+- ``exhaustion="cycle"``: ``num_sequences`` (default: the sources' sequences summed); an
+  exhausted source starts its next pass.
+
+State (``state_dict(epoch, position)``, plain values; keys are the module constants)::
+
+    {"version": 1, "epoch": 2, "position": 1500, "exhaustion": "stop", "num_sequences": 4000,
+     "weights": {"web": 0.7, "code": 0.3}, "cursors": {"web": 1050, "code": 450},
+     "segment": {"position": 0, "cursors": {"web": 0, "code": 0}},
+     "sources": {"web": {...TokenDataset.describe()}, "code": {...}}}
+
+``segment`` is where the current weights took effect (the epoch's start, or a resume that
+changed them). Loading a state built with other weights is allowed: the new weights apply
+from the saved position, each source continuing from its cursor, and the within-one
+property holds counted from there (one log line says so). Other sources, data, seq_len,
+seed or exhaustion are refused, naming what differs.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch.utils.data
+
+from loaders.errors import ConfigError
+from loaders.sampler import SampleIndex
+from loaders.topology import Topology
+from loaders.tokens.arguments import check_int, resolve_item
+from loaders.tokens.collate import collate
+from loaders.tokens.dataset import TokenDataset
+from loaders.tokens.digest import OrderDigest
+from loaders.tokens.mixture_state import (
+    KEY_CURSORS,
+    KEY_EPOCH,
+    KEY_EXHAUSTION,
+    KEY_NUM_SEQUENCES,
+    KEY_POSITION,
+    KEY_SEGMENT,
+    KEY_SOURCES,
+    KEY_VERSION,
+    KEY_WEIGHTS,
+    STATE_VERSION,
+    read_state,
+)
+from loaders.tokens.schedule import ScheduleIndex, Shares
+from loaders.tokens.window import WindowFields
+
+__all__ = ["Exhaustion", "Mixture"]
+
+logger = logging.getLogger(__name__)
+
+
+
+class Exhaustion(enum.StrEnum):
+    """What an epoch does when a source runs out: STOP ends the epoch before; CYCLE starts its next pass."""
+
+    STOP = "stop"
+    CYCLE = "cycle"
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Where ``shares`` took effect in ``epoch`` (``start``, ``base`` cursors); a known point (``at``, ``cursors``)."""
+
+    epoch: int
+    start: int
+    base: tuple[int, ...]
+    shares: Shares
+    at: int
+    cursors: tuple[int, ...]
+
+
+def _same_sources(sources: Mapping[str, TokenDataset]) -> None:
+    """ConfigError unless every source has the first one's seq_len, tokenizer and masking."""
+    names = list(sources)
+    first = sources[names[0]]
+    for name in names[1:]:
+        other = sources[name]
+        diff = first.tokenizer.differences(other.tokenizer)
+        if other.seq_len != first.seq_len:
+            diff.append(f"seq_len: {first.seq_len} vs {other.seq_len}")
+        if other.mask_across_documents != first.mask_across_documents:
+            diff.append(f"mask_across_documents: {first.mask_across_documents} vs {other.mask_across_documents}")
+        if diff:
+            raise ConfigError(f"mixture sources {names[0]!r} and {name!r} differ ({'; '.join(diff)}); "
+                              "hint: every source needs the same tokenizer, seq_len and masking")
+
+
+class Mixture(torch.utils.data.Dataset[WindowFields]):
+    """Sequences from several ``TokenDataset``s in proportion to ``weights`` (see the module docstring).
+
+    Args:
+        sources: name -> TokenDataset (same tokenizer, seq_len, masking); names key the weights and the state.
+        weights: name -> weight >= 0 (normalised; counts tokens).
+        exhaustion: "stop" or "cycle".
+        num_sequences: the epoch length for "cycle" (default: the sources' lengths summed).
+        topology: rank and world size for ``sampler``; None = detected when a sampler is made.
+    """
+
+    collate = staticmethod(collate)
+
+    def __init__(self, sources: Mapping[str, TokenDataset], *, weights: Mapping[str, float],
+                 exhaustion: Exhaustion | str = Exhaustion.STOP, num_sequences: int | None = None,
+                 topology: Topology | None = None) -> None:
+        if not sources:
+            raise ConfigError("'sources' must name at least one TokenDataset (got none)")
+        if set(weights) != set(sources):
+            missing, extra = sorted(set(sources) - set(weights)), sorted(set(weights) - set(sources))
+            raise ConfigError(f"'weights' must name exactly the sources {sorted(sources)} (missing {missing}, "
+                              f"extra {extra})")
+        try:
+            self.exhaustion = Exhaustion(exhaustion)
+        except ValueError as err:
+            raise ConfigError(f"'exhaustion' must be 'stop' or 'cycle' (got {exhaustion!r})") from err
+        _same_sources(sources)
+        self.names = tuple(sources)
+        self.sources = dict(sources)
+        self.weights = {name: weights[name] for name in self.names}
+        self.shares = Shares.from_weights([weights[name] for name in self.names])
+        self.topology = topology
+        self.lengths = tuple(len(sources[name]) for name in self.names)
+        self.num_sequences = self._cycle_length(num_sequences)
+        self.epoch = 0
+        self._segment: _Segment | None = None
+        self._indices: dict[tuple[int, int, int], ScheduleIndex] = {}
+
+    def _cycle_length(self, num_sequences: int | None) -> int | None:
+        if self.exhaustion is Exhaustion.STOP:
+            if num_sequences is not None:
+                raise ConfigError("'num_sequences' applies to exhaustion='cycle' only (a 'stop' epoch ends when "
+                                  "a source runs out)")
+            return None
+        if num_sequences is None:
+            return sum(self.lengths)
+        return check_int("num_sequences", num_sequences, 1)
+
+    # ------------------------------------------------------------------ the schedule
+
+    def _stop_length(self, start: int, base: tuple[int, ...], shares: Shares) -> int:
+        """Positions from ``start`` on until a source would pass its end: min_i floor(left_i / w_i)."""
+        room = [(length - b) * shares.total // a for length, b, a in zip(self.lengths, base, shares.numerators) if a]
+        return start + min(room)
+
+    def epoch_length(self, epoch: int) -> int:
+        """Positions in ``epoch``: N, or for the epoch of a resume that changed the weights, its own end."""
+        if self.num_sequences is not None:
+            return self.num_sequences
+        segment = self._segment if self._segment is not None and self._segment.epoch == epoch else None
+        if segment is None:
+            return self._stop_length(0, (0,) * len(self.names), self.shares)
+        return self._stop_length(segment.start, segment.base, segment.shares)
+
+    def __len__(self) -> int:
+        return self.epoch_length(self.epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def _index(self, segment: _Segment, origin: int, counts: tuple[int, ...]) -> ScheduleIndex:
+        key = (segment.epoch, segment.start, origin)
+        index = self._indices.get(key)
+        if index is None:
+            relative = tuple(c - b for c, b in zip(counts, segment.base))
+            index = ScheduleIndex(segment.shares, origin - segment.start, relative)
+            self._indices = {k: v for k, v in self._indices.items() if k[0] == segment.epoch}
+            self._indices[key] = index
+        return index
+
+    def _segment_of(self, epoch: int) -> _Segment:
+        if self._segment is not None and self._segment.epoch == epoch:
+            return self._segment
+        zeros = (0,) * len(self.names)
+        return _Segment(epoch, 0, zeros, self.shares, 0, zeros)
+
+    def _schedule(self, position: int, epoch: int) -> tuple[_Segment, ScheduleIndex, int]:
+        """(segment, index, origin) that reach ``position``: from the known point when at or past it."""
+        segment = self._segment_of(epoch)
+        if position < segment.start:
+            raise IndexError(f"position {position} of epoch {epoch} precedes the resume at {segment.start} that "
+                             "changed the mixture's weights: its schedule is not this mixture's")
+        if position >= segment.at:
+            return segment, self._index(segment, segment.at, segment.cursors), segment.at
+        return segment, self._index(segment, segment.start, segment.base), segment.start
+
+    def locate(self, position: int, epoch: int) -> tuple[int, int]:
+        """(source index, that source's cursor: sequences it gave before) of ``position`` in ``epoch``."""
+        if not 0 <= position < self.epoch_length(epoch):
+            raise IndexError(f"position {position} outside [0, {self.epoch_length(epoch)}) of mixture epoch {epoch}")
+        segment, index, origin = self._schedule(position, epoch)
+        source, count = index.at(position - origin)
+        return source, segment.base[source] + count
+
+    def cursors(self, position: int, epoch: int) -> tuple[int, ...]:
+        """Every source's cursor after positions ``[0, position)`` of ``epoch``."""
+        segment, index, origin = self._schedule(position, epoch)
+        return tuple(b + c for b, c in zip(segment.base, index.counts(position - origin)))
+
+    def source_item(self, position: int, epoch: int) -> tuple[int, SampleIndex]:
+        """(source index, the ``SampleIndex`` into that source) that ``position`` of ``epoch`` reads."""
+        source, cursor = self.locate(position, epoch)
+        passes, index = divmod(cursor, self.lengths[source])
+        if self.num_sequences is None:
+            return source, SampleIndex(index, epoch)
+        stride = -(-self.num_sequences // self.lengths[source])
+        return source, SampleIndex(index, epoch * stride + passes)
+
+    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
+        position, epoch = resolve_item(item, self.epoch)
+        source, sample = self.source_item(position, epoch)
+        return self.sources[self.names[source]][sample]
+
+    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+        """sha256 (hex) of the (source, epoch, document, offset, length) segments of positions ``[start, stop)``."""
+        epoch = self.epoch if epoch is None else epoch
+        digest = OrderDigest()
+        for position in range(start, stop):
+            source, sample = self.source_item(position, epoch)
+            rows = self.sources[self.names[source]].digest_rows(sample.index, sample.index + 1, sample.epoch)
+            rows[:, 0] = source
+            digest.update(rows)
+        return digest.hexdigest()
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self, epoch: int, position: int) -> dict[str, Any]:
+        """The state after positions ``[0, position)`` of ``epoch`` were consumed (plain values)."""
+        if not 0 <= position <= self.epoch_length(epoch):
+            raise IndexError(f"position {position} outside [0, {self.epoch_length(epoch)}] of mixture epoch {epoch}")
+        segment = self._segment_of(epoch)
+        return {
+            KEY_VERSION: STATE_VERSION, KEY_EPOCH: int(epoch), KEY_POSITION: int(position),
+            KEY_EXHAUSTION: self.exhaustion.value, KEY_NUM_SEQUENCES: self.num_sequences,
+            KEY_WEIGHTS: dict(self.weights),
+            KEY_CURSORS: dict(zip(self.names, self.cursors(position, epoch))),
+            KEY_SEGMENT: {KEY_POSITION: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
+            KEY_SOURCES: {name: self.sources[name].describe() for name in self.names},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``; ConfigError naming what differs when it cannot be honoured."""
+        saved = read_state(state, names=self.names, lengths=self.lengths, exhaustion=self.exhaustion.value,
+                           num_sequences=self.num_sequences,
+                           described={name: self.sources[name].describe() for name in self.names})
+        changed = saved.shares != self.shares
+        if not changed:
+            segment = _Segment(saved.epoch, saved.start, saved.base, self.shares, saved.position, saved.cursors)
+        else:
+            segment = _Segment(saved.epoch, saved.position, saved.cursors, self.shares, saved.position, saved.cursors)
+        end = (self.num_sequences if self.num_sequences is not None
+               else self._stop_length(segment.start, segment.base, segment.shares))
+        if saved.position > end:
+            raise ConfigError(f"mixture state: position {saved.position} is past its epoch's end {end}")
+        if changed:
+            logger.info("mixture weights changed at resume: epoch %d from position %d on, %s (was %s); each source "
+                        "continues from its cursor %s", saved.epoch, saved.position, self.weights,
+                        dict(state[KEY_WEIGHTS]), dict(zip(self.names, saved.cursors)))
+        self._segment = segment
+        self._indices = {}
+        self.epoch = saved.epoch

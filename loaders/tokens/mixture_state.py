@@ -1,0 +1,104 @@
+"""A ``Mixture``'s resume state: its keys, and reading a saved one back with every check (``read_state``).
+
+The layout is in ``loaders.tokens.mixture``'s docstring. ``read_state`` refuses, with a
+ConfigError naming what differs, a state whose sources, data (``TokenDataset.describe()``:
+documents, tokens, tokenizer and shard digests, seq_len, seed, masking), exhaustion policy
+or cycle length are not the mixture's; other weights are accepted (the caller starts a new
+schedule segment from the saved position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from loaders.errors import ConfigError
+from loaders.tokens.schedule import Shares
+
+__all__ = [
+    "KEY_CURSORS", "KEY_EPOCH", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_POSITION", "KEY_SEGMENT", "KEY_SOURCES",
+    "KEY_VERSION", "KEY_WEIGHTS", "STATE_KEYS", "STATE_VERSION", "SavedMixture", "read_state",
+]
+
+STATE_VERSION = 1
+KEY_VERSION = "version"
+KEY_EPOCH = "epoch"
+KEY_POSITION = "position"
+KEY_EXHAUSTION = "exhaustion"
+KEY_NUM_SEQUENCES = "num_sequences"
+KEY_WEIGHTS = "weights"
+KEY_CURSORS = "cursors"
+KEY_SEGMENT = "segment"
+KEY_SOURCES = "sources"
+STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS, KEY_CURSORS,
+              KEY_SEGMENT, KEY_SOURCES)
+
+
+class SavedMixture(NamedTuple):
+    """A checked state: position and cursors, where its weights took effect (start, base), those weights' shares."""
+
+    epoch: int
+    position: int
+    cursors: tuple[int, ...]
+    start: int
+    base: tuple[int, ...]
+    shares: Shares
+
+
+def _non_negative(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"mixture state: {what} must be a non-negative int (got {value!r})")
+    return value
+
+
+def _per_source(what: str, values: object, names: tuple[str, ...]) -> tuple[int, ...]:
+    if not isinstance(values, Mapping) or set(values) != set(names):
+        got = sorted(values) if isinstance(values, Mapping) else values
+        raise ConfigError(f"mixture state: {what} must name the sources {sorted(names)} (got {got!r}); "
+                          "hint: a Mixture resumes only over the same sources")
+    return tuple(_non_negative(f"{what}[{name!r}]", values[name]) for name in names)
+
+
+def _check_sources(saved: object, described: Mapping[str, Mapping[str, Any]]) -> None:
+    if not isinstance(saved, Mapping) or set(saved) != set(described):
+        raise ConfigError(f"mixture state: saved sources {sorted(saved) if isinstance(saved, Mapping) else saved!r}, "
+                          f"this mixture has {sorted(described)}; hint: resume with the same sources")
+    for name, ours in described.items():
+        theirs = saved[name]
+        diff = [f"{key}: saved {theirs.get(key)!r}, now {value!r}" for key, value in ours.items()
+                if not isinstance(theirs, Mapping) or theirs.get(key) != value]
+        if diff:
+            raise ConfigError(f"mixture state: source {name!r} is not the data it was saved with ({'; '.join(diff)}); "
+                              "hint: a resume needs the same shards, seq_len, seed and tokenizer")
+
+
+def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tuple[int, ...], exhaustion: str,
+               num_sequences: int | None, described: Mapping[str, Mapping[str, Any]]) -> SavedMixture:
+    """``state`` checked against the mixture (its names, source lengths, policy, cycle length, data)."""
+    missing = [key for key in STATE_KEYS if key not in state]
+    if missing or state.get(KEY_VERSION) != STATE_VERSION:
+        raise ConfigError(f"not a mixture state of version {STATE_VERSION} (version {state.get(KEY_VERSION)!r}, "
+                          f"missing keys {missing})")
+    if state[KEY_EXHAUSTION] != exhaustion or state[KEY_NUM_SEQUENCES] != num_sequences:
+        raise ConfigError(f"mixture state: saved with exhaustion={state[KEY_EXHAUSTION]!r} and num_sequences="
+                          f"{state[KEY_NUM_SEQUENCES]!r}, this mixture has {exhaustion!r} and {num_sequences!r}; "
+                          "hint: both shape the epoch and must stay the same across a resume")
+    _check_sources(state[KEY_SOURCES], described)
+    cursors = _per_source("cursors", state[KEY_CURSORS], names)
+    segment = state[KEY_SEGMENT]
+    if not isinstance(segment, Mapping):
+        raise ConfigError(f"mixture state: segment must be a mapping (got {segment!r})")
+    base = _per_source("segment cursors", segment.get(KEY_CURSORS), names)
+    start = _non_negative("segment position", segment.get(KEY_POSITION))
+    position = _non_negative("position", state[KEY_POSITION])
+    if start > position or any(b > c for b, c in zip(base, cursors)) or sum(cursors) - sum(base) != position - start:
+        raise ConfigError(f"mixture state: cursors {cursors} at position {position} do not follow from the segment "
+                          f"{base} at {start} (inconsistent state)")
+    if num_sequences is None and any(c > n for c, n in zip(cursors, lengths)):
+        raise ConfigError(f"mixture state: cursors {dict(zip(names, cursors))} pass the sources' lengths "
+                          f"{dict(zip(names, lengths))}")
+    weights = state[KEY_WEIGHTS]
+    if not isinstance(weights, Mapping) or set(weights) != set(names):
+        raise ConfigError(f"mixture state: weights must name the sources {sorted(names)} (got {weights!r})")
+    shares = Shares.from_weights([weights[name] for name in names])
+    return SavedMixture(_non_negative("epoch", state[KEY_EPOCH]), position, cursors, start, base, shares)
