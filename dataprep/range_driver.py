@@ -77,7 +77,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
 
 
 def _task(ctx: RunContext, index: int) -> RangeTask:
-    return RangeTask(config=ctx.config, handler=ctx.handler, output_format=ctx.output_format,
+    return RangeTask(config=ctx.config, store=ctx.store, handler=ctx.handler, output_format=ctx.output_format,
                      fingerprint=ctx.fingerprint, index=index)
 
 
@@ -152,7 +152,7 @@ def _find_duplicates(ctx: RunContext, executor: TaskExecutor) -> None:
         publish(store, result.attempt, result.names, result.last)
         records += result.count
     log.info("digests of %d ranges written (%d records); grouping them in plan order", len(missing), records)
-    groups = [GroupTask(ctx.config.out, p, num_ranges) for p in range(DIGEST_PARTITIONS)
+    groups = [GroupTask(store, p, num_ranges) for p in range(DIGEST_PARTITIONS)
               if not store.exists(grouped_name(p))]
     found = 0
     for result in executor.map_unordered(group_partition, groups):

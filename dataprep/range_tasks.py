@@ -120,24 +120,21 @@ def start_attempt(store: OutputStore, label: str) -> tuple[str, LocalStore]:
 class RangeTask:
     """One range of a run: what a task needs besides the files in OUT (pickled to the worker).
 
-    handler, output_format, fingerprint: decided once by the driver (``RunContext``);
+    store, handler, output_format, fingerprint: decided once by the driver (``RunContext``);
     threads: cleaning threads (media) or processes (tables, text) inside the task.
     """
 
     config: ShardConfig
+    store: OutputStore
     handler: LayoutHandler
     output_format: str
     fingerprint: dict[str, Any]
     index: int
     threads: int = 1
 
-    @property
-    def store(self) -> OutputStore:
-        return LocalStore(self.config.out)
-
     def open_plan(self) -> RunPlan:
         """The saved plan; a clear error if this node cannot see it (OUT not shared)."""
-        directory = state_dir(self.config.out)
+        directory = state_dir(self.store.local_path())
         if not (directory / PLAN_NAME).exists():
             raise UsageError(f"range {self.index}: the plan {directory}/{PLAN_NAME} is not visible on node "
                              f"{os.uname().nodename}; OUT must be a folder every node sees at the same path")
@@ -190,14 +187,14 @@ def range_digests(task: RangeTask) -> PassResult:
 class GroupTask:
     """One partition of the digests of every range, to group in plan order (``group_partition``)."""
 
-    out: Path
+    store: OutputStore
     part: int
     num_ranges: int
 
 
 def group_partition(task: GroupTask) -> PassResult:
     """Second pass: the duplicates among partition ``part`` of every range's digests (count: how many)."""
-    store = LocalStore(task.out)
+    store = task.store
     attempt, own = start_attempt(store, f"grouped-{task.part:02d}")
     names: list[str] = []
     found = 0
