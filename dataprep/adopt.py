@@ -81,7 +81,8 @@ def adopt_shard(path: Path) -> ShardInfo:
     sidecar = index_path_for(path)
     write_index(sidecar, index)
     # Hashing reads the tar once more; index_tar only read its headers.
-    return ShardInfo(path.name, index.num_samples, index.shard_bytes, sha256_file(path), sidecar.name, index.fields)
+    return ShardInfo(name=path.name, num_samples=index.num_samples, bytes=index.shard_bytes, sha256=sha256_file(path),
+                     index=sidecar.name, fields=index.fields)
 
 
 def _check_no_shard_run(directory: Path) -> None:
@@ -100,8 +101,10 @@ def _check_no_foreign_manifest(directory: Path) -> None:
     try:
         layout = read_manifest(directory).layout
     except FormatError as err:
-        raise OutputExistsError(f"{directory / MANIFEST_NAME}: exists and is unreadable; remove it to adopt the shards") from err
+        raise OutputExistsError(f"{directory / MANIFEST_NAME}: exists and is unreadable; remove it to adopt the "
+                                "shards") from err
     if layout != LAYOUT_ADOPTED:
         raise OutputExistsError(
-            f"{directory / MANIFEST_NAME}: exists with layout {layout!r}; these shards already have a manifest (remove it to adopt)"
+            f"{directory / MANIFEST_NAME}: exists with layout {layout!r}; these shards already have a manifest "
+            "(remove it to adopt)"
         )

@@ -13,7 +13,7 @@ records are final (in a completed shard or in the rejects file); ``range`` and
 ``records_done`` counts final raw records over the whole plan (the position of the next
 one in the duplicate set); ``carry`` is the packer's carry-over (``dataprep.layouts``).
 
-A range-parallel run (``--engine ray``, ``dataprep.ranges``) writes whole ranges in any
+A range-parallel run (``--engine ray``, ``dataprep.range_driver``) writes whole ranges in any
 order and records each one completed in ``ranges_done``, its shards in ``shards`` (sorted
 by name, i.e. by range) and its counts in ``totals``; ``range``, ``position`` and ``skip``
 stay 0 (a range is never resumed half-way; its rejects are in ``.dataprep/ranges/``).
@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from dataprep.errors import FormatError
-from dataprep.fsutil import atomic_write_bytes
 from dataprep.manifest import ShardInfo, Totals
+from dataprep.store import OutputStore
 
 STATE_DIR = ".dataprep"
 CHECKPOINT_NAME = "checkpoint.json"
 PARTIAL_REJECTS_NAME = "rejects.partial.jsonl"
 SEEN_NAME = "seen"
+# The same files as names in the output store (``dataprep.store``: relative to OUT).
+CHECKPOINT_PATH = f"{STATE_DIR}/{CHECKPOINT_NAME}"
+PARTIAL_REJECTS_PATH = f"{STATE_DIR}/{PARTIAL_REJECTS_NAME}"
 CHECKPOINT_VERSION = 2
 
 
@@ -55,7 +58,8 @@ class Checkpoint:
     @property
     def is_started(self) -> bool:
         """Whether the sequential write loop has made progress (anything past the plan's start)."""
-        return bool(self.range or self.position or self.skip or self.records_done or self.shards) and not self.ranges_done
+        progressed = self.range or self.position or self.skip or self.records_done or self.shards
+        return bool(progressed) and not self.ranges_done
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -100,8 +104,9 @@ def state_dir(out: Path) -> Path:
     return out / STATE_DIR
 
 
-def save_checkpoint(out: Path, checkpoint: Checkpoint) -> None:
-    atomic_write_bytes(state_dir(out) / CHECKPOINT_NAME, checkpoint.to_bytes())
+def save_checkpoint(store: OutputStore, checkpoint: Checkpoint) -> None:
+    """Replace the checkpoint in OUT's state folder, atomically and durably."""
+    store.write_bytes(CHECKPOINT_PATH, checkpoint.to_bytes())
 
 
 def load_checkpoint(out: Path) -> Checkpoint | None:

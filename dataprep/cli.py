@@ -6,19 +6,18 @@ Exit status: 0 success (rejects are normal), 1 failure, 2 usage error.
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import json
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
 from dataprep.config import DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, Engine, OutputFormat, ShardConfig, default_workers
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
-from dataprep.report import Progress, format_summary, format_table
+from dataprep.interrupts import keep_interrupts
+from dataprep.report import ProgressLine, format_summary, format_table
 from dataprep.sources import Layout
 from dataprep.units import format_bytes, parse_bytes
 
@@ -57,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
     p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
                    help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images)")
-    p.add_argument("--shard-size", type=_byte_size, default=None, help="max bytes per shard, e.g. 64MiB (default 256MiB)")
+    p.add_argument("--shard-size", type=_byte_size, default=None,
+                   help="max bytes per shard, e.g. 64MiB (default 256MiB)")
     p.add_argument("--samples-per-shard", type=_positive, default=None, help="max samples per shard")
     p.add_argument("--row-group-size", type=_byte_size, default="64MiB", help="Parquet row group bound (default 64MiB)")
     p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
@@ -65,11 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-shuffle", action="store_true", help="keep sorted order instead of a seeded shuffle")
     g = p.add_argument_group("images")
     g.add_argument("--min-side", type=_positive, default=32, help="reject images whose shorter side is smaller")
-    g.add_argument("--max-pixels", type=_positive, default=ImageOptions().max_pixels, help="reject larger images (bomb guard)")
+    g.add_argument("--max-pixels", type=_positive, default=ImageOptions().max_pixels,
+                   help="reject larger images (bomb guard)")
     size = g.add_mutually_exclusive_group()
     size.add_argument("--resize-short", type=_positive, help="pre-resize: shorter side to N pixels (downscale only)")
     size.add_argument("--max-side", type=_positive, help="pre-resize: longer side to at most N pixels")
-    g.add_argument("--quality", type=int, default=95, choices=range(1, 101), metavar="1..100", help="JPEG quality of re-encoded images")
+    g.add_argument("--quality", type=int, default=95, choices=range(1, 101), metavar="1..100",
+                   help="JPEG quality of re-encoded images")
     g.add_argument("--reencode-format", choices=[str(x) for x in ImageFormat], default="jpg")
     g = p.add_argument_group("tables and text")
     g.add_argument("--schema", help="table schema as JSON {column: type} or @file.json (default: inferred)")
@@ -77,11 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
     g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
     g = p.add_argument_group("run")
-    g.add_argument("--workers", type=_positive, default=default_workers(), help="parallel workers: cleaning threads for media, processes for tables and text (default: all cores)")
+    g.add_argument("--workers", type=_positive, default=default_workers(),
+                   help="parallel workers: cleaning threads for media, processes for tables and text "
+                        "(default: all cores)")
     g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
     g.add_argument("--overwrite", action="store_true", help="replace what dataprep wrote in OUT (never other files)")
-    g.add_argument("--max-reject-fraction", type=_fraction, help="fail when more than this fraction of inputs is rejected")
-    g.add_argument("--allow-empty", action="store_true", help="succeed even when no sample is kept (every input rejected, or none found)")
+    g.add_argument("--max-reject-fraction", type=_fraction,
+                   help="fail when more than this fraction of inputs is rejected")
+    g.add_argument("--allow-empty", action="store_true",
+                   help="succeed even when no sample is kept (every input rejected, or none found)")
     g.add_argument("--range-size", type=_byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
                    help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
     g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
@@ -124,7 +130,8 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
     required = tuple(c for c in args.required.split(",") if c) if args.required else None
     try:
         image = ImageOptions(min_side=args.min_side, max_pixels=args.max_pixels, resize_short=args.resize_short,
-                             max_side=args.max_side, quality=args.quality, reencode_format=ImageFormat(args.reencode_format))
+                             max_side=args.max_side, quality=args.quality,
+                             reencode_format=ImageFormat(args.reencode_format))
         table = TableOptions(schema=_schema(args.schema), required=required, dedup_on=args.dedup_on)
         text = TextOptions(unit=TextUnit(args.text_unit))
     except (TypeError, ValueError) as err:
@@ -140,10 +147,10 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
 
 
 def _cmd_shard(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from dataprep.pipeline import shard
+    from dataprep.shard import shard
 
     config = config_from_args(args)
-    progress = Progress(None, enabled=False if args.no_progress or args.json else None)
+    progress = ProgressLine(None, enabled=False if args.no_progress or args.json else None)
     summary = shard(config, argv=("dataprep", *argv), progress=progress)
     print(json.dumps(summary.to_json(), indent=2) if args.json else format_summary(summary))
     return EXIT_OK
@@ -176,7 +183,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
             *([("layout chosen because", info["layout_reason"])] if info["layout_reason"] else []),
             ("shards", f"{info['shards']:,}"),
             ("samples", f"{info['samples']:,}"), ("bytes", format_bytes(info["bytes"])),
-            ("shard bytes min..max", f"{format_bytes(info['shard_bytes_min'])} .. {format_bytes(info['shard_bytes_max'])}")]
+            ("shard bytes min..max", f"{format_bytes(info['shard_bytes_min'])} .. "
+                                     f"{format_bytes(info['shard_bytes_max'])}")]
     rows += [(f"field {name}", f"{n:,}") for name, n in info["fields"].items()]
     rows += [(f"label {name}", f"{n:,}") for name, n in info["labels"].items()]
     totals = info["totals"]
@@ -197,40 +205,6 @@ def _cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     else:
         print(format_table([("shards indexed", f"{len(manifest.shards):,}"), ("samples", f"{manifest.num_samples:,}")]))
     return EXIT_OK
-
-
-_REINTERRUPT_DELAY_S = 0.01  # long enough for the hook that schedules it to return
-
-
-def _interrupt_main_soon() -> None:
-    time.sleep(_REINTERRUPT_DELAY_S)
-    _thread.interrupt_main()
-
-
-def keep_interrupts() -> None:
-    """Make a Ctrl-C that lands inside a finaliser or weakref callback stop the command.
-
-    Python reports an exception raised there as "Exception ignored in ..." with a traceback
-    on stderr and drops it, so the interrupt would be printed and lost. This hook (for
-    the command line only; inherited by forked workers) re-raises it in the main thread
-    instead, where ``main`` ends with the resume hint and exit status 130.
-    """
-    if getattr(sys.unraisablehook, "keeps_interrupts", False):
-        return  # installed already
-    previous = sys.unraisablehook
-
-    def hook(unraisable: sys.UnraisableHookArgs) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            # From another thread, a moment later: raised in the hook it would be dropped again.
-            try:
-                _thread.start_new_thread(_interrupt_main_soon, ())
-            except RuntimeError:  # interpreter shutting down: nothing left to stop
-                pass
-            return
-        previous(unraisable)
-
-    hook.keeps_interrupts = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
 from dataprep.sources import Layout
 from dataprep.units import format_bytes
+from dataprep.validate import as_enum, check_int, invalid
 
 # One unit for sizes everywhere: MiB (the CLI's defaults, the writers' and the README's).
 DEFAULT_SHARD_BYTES = 256 * 2**20
@@ -48,7 +49,7 @@ class ShardConfig:
     Options that shape the output bytes are in ``fingerprint()``; the rest (workers,
     progress, budgets, ``allow_empty``: a run that keeps no sample succeeds) may change
     between a run and its resumption. ``range_bytes``: input bytes per range of the plan.
-    ``engine``, ``address``: where ranges run (``dataprep.ranges``); ``address`` is Ray's
+    ``engine``, ``address``: where ranges run (``dataprep.shard.make_engine``); ``address`` is Ray's
     (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
     """
 
@@ -75,16 +76,18 @@ class ShardConfig:
     address: str | None = None
 
     def __post_init__(self) -> None:
+        # Paths are coerced here, once: everything downstream takes them as Path.
+        object.__setattr__(self, "raw", Path(self.raw))
+        object.__setattr__(self, "out", Path(self.out))
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
             raise UsageError("give --shard-size and/or --samples-per-shard")
-        for name in ("max_shard_bytes", "max_samples_per_shard", "row_group_bytes", "workers", "range_bytes"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise UsageError(f"'{name}' must be a positive int (got {value!r} that is a {type(value).__name__})")
-        if not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
-            raise UsageError(f"'prefix' must be a plain file-name prefix (got {self.prefix!r})")
-        if not isinstance(self.engine, Engine):
-            raise UsageError(f"'engine' must be one of {[str(e) for e in Engine]} (got {self.engine!r})")
+        for name in ("max_shard_bytes", "max_samples_per_shard"):
+            check_int(name, getattr(self, name), minimum=1, optional=True, expected="a positive int", error=UsageError)
+        for name in ("row_group_bytes", "workers", "range_bytes"):
+            check_int(name, getattr(self, name), minimum=1, error=UsageError)
+        if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
+            raise invalid("prefix", "a plain file-name prefix", self.prefix, UsageError)
+        object.__setattr__(self, "engine", as_enum("engine", Engine, self.engine, error=UsageError))
         if self.address is not None and self.engine is not Engine.RAY:
             raise UsageError(f"--address {self.address!r} is the address of a Ray cluster; it needs --engine ray")
         if self.max_reject_fraction is not None and not 0.0 <= self.max_reject_fraction <= 1.0:
@@ -93,7 +96,7 @@ class ShardConfig:
     def fingerprint(self) -> dict[str, Any]:
         """The options that determine the output bytes, as JSON-ready values (stored in the manifest)."""
         return {
-            "raw": os.fsdecode(Path(self.raw).resolve()),
+            "raw": os.fsdecode(self.raw.resolve()),
             "layout": str(self.layout) if self.layout else "auto",
             "format": str(self.output_format),
             "max_shard_bytes": self.max_shard_bytes,

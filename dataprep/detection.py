@@ -68,6 +68,11 @@ class Layout(enum.StrEnum):
     TABLE = "table"
     TEXT = "text"
 
+    @property
+    def is_media(self) -> bool:
+        """Image files (one input per unit of the plan), as opposed to tables and text (files of rows or lines)."""
+        return self in (Layout.IMAGE_FOLDER, Layout.GROUPED)
+
 
 @dataclass(frozen=True)
 class LayoutChoice:
@@ -131,7 +136,8 @@ def choose_layout(raw: Path, requested: Layout | None, *, follow_symlinks: bool 
         raise UsageError(f"{raw}: no such file or directory (RAW must be a directory, or one table or text file)")
     census = _Census.of(raw, follow_symlinks=follow_symlinks)
     if census.files == 0:
-        unread = f"; {census.walk_rejects} entries could not be read (links leaving RAW?)" if census.walk_rejects else ""
+        unread = (f"; {census.walk_rejects} entries could not be read (links leaving RAW?)"
+                  if census.walk_rejects else "")
         raise UsageError(f"{raw}: no files found{unread} (is this the right RAW directory?)")
     if requested is None:
         return census.detect(raw)
@@ -140,9 +146,10 @@ def choose_layout(raw: Path, requested: Layout | None, *, follow_symlinks: bool 
 
 def _choose_for_file(raw: Path, requested: Layout | None) -> LayoutChoice:
     ext = extension(raw.name)
-    kind = "table" if ext in TABLE_EXTENSIONS else "text" if ext in TEXT_EXTENSIONS else "image" if ext in IMAGE_EXTENSIONS else None
+    kind = ("table" if ext in TABLE_EXTENSIONS else "text" if ext in TEXT_EXTENSIONS
+            else "image" if ext in IMAGE_EXTENSIONS else None)
     shown = f"'.{ext}'" if ext else "extension-less"
-    if requested in (Layout.IMAGE_FOLDER, Layout.GROUPED):
+    if requested is not None and requested.is_media:
         raise UsageError(f"{raw}: --layout {requested} needs a directory of images, not one file")
     if kind == "image":
         raise UsageError(f"{raw}: RAW is a single image; dataprep shards a directory of them "
@@ -283,7 +290,8 @@ class _Census:
         tables, texts = sum(self.tables.values()), sum(self.texts.values())
         if tables and texts:
             raise UsageError(
-                f"{raw}: holds {_plural(tables, 'table file')} ({_exts(self.tables)}) and {_plural(texts, 'text file')} "
+                f"{raw}: holds {_plural(tables, 'table file')} ({_exts(self.tables)}) and "
+                f"{_plural(texts, 'text file')} "
                 f"({_exts(self.texts)}); pass --layout table (the text files are then rejected) "
                 "or --layout text (the tables are then rejected)"
             )
@@ -302,7 +310,8 @@ class _Census:
         if self.loose_data > images:
             kind = "table" if sum(self.tables.values()) >= sum(self.texts.values()) else "text"
             raise UsageError(
-                f"{raw}: holds {_plural(images, 'image')} and {_plural(self.loose_data, 'table or text file')} that belong "
+                f"{raw}: holds {_plural(images, 'image')} and {_plural(self.loose_data, 'table or text file')} "
+                "that belong "
                 f"to no image; pass --layout {kind} (the images are then rejected), or --layout image-folder "
                 "or --layout grouped (the other files are then rejected)"
             )
@@ -338,22 +347,26 @@ class _Census:
         }
         count, what = wanted[requested]
         if count == 0:  # the user's call: every file becomes a reject (the run then fails unless told otherwise)
-            reason = f"{requested} (as requested with --layout): no {what} among {_plural(self.files, 'file')}; all will be rejected"
+            reason = (f"{requested} (as requested with --layout): no {what} among {_plural(self.files, 'file')}; "
+                      "all will be rejected")
             return LayoutChoice(requested, reason)
         return LayoutChoice(requested, self._describe(requested).replace(":", " (as requested with --layout):", 1))
 
     def _describe(self, layout: Layout) -> str:
         if layout is Layout.IMAGE_FOLDER:
-            head = f"image-folder: {_plural(len(self.classes), 'class folder')} with {_plural(self.images[1].count, 'image')}"
+            head = (f"image-folder: {_plural(len(self.classes), 'class folder')} with "
+                    f"{_plural(self.images[1].count, 'image')}")
             misplaced = self.images[0].count + self.images[2].count
             if misplaced:
                 head += f"; {_plural(misplaced, 'image')} at other depths (those at the root are rejected as bad_label)"
             return head + _rejected(self.strays)
         if layout is Layout.GROUPED:
-            head = f"grouped: {_plural(self.image_count, 'image')}; the files sharing a name up to its first dot form one sample"
+            head = (f"grouped: {_plural(self.image_count, 'image')}; the files sharing a name up to its first dot "
+                    "form one sample")
             return head + _rejected(self.grouped_strays)
         if layout is Layout.TABLE:
-            return f"table: {_plural(sum(self.tables.values()), 'table file')} ({_exts(self.tables)})" + _rejected(self.table_strays)
+            tables = _plural(sum(self.tables.values()), "table file")
+            return f"table: {tables} ({_exts(self.tables)})" + _rejected(self.table_strays)
         count = sum(self.texts.values()) + self.doc_texts
         kinds = _exts(self.texts) or "docs"
         return f"text: {_plural(count, 'text file')} ({kinds})" + _rejected(self.text_strays)

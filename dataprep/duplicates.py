@@ -64,7 +64,8 @@ def find_duplicates(units_path: Path, offsets: np.ndarray, sizes: np.ndarray) ->
             if hi - lo < 2 or ordered[lo] <= 0:
                 continue
             for first, dup in _equal_content(load, by_size[lo:hi].tolist()):
-                duplicates[dup] = Reject(load(dup).source, RejectReason.DUPLICATE, f"same bytes as {load(first).source}")
+                duplicates[dup] = Reject(load(dup).source, RejectReason.DUPLICATE,
+                                         f"same bytes as {load(first).source}")
     finally:
         os.close(fd)
     return duplicates

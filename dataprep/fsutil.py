@@ -9,13 +9,14 @@ from __future__ import annotations
 import ctypes
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of dirty pages in the range, do not wait
 
 
-def _sync_file_range() -> ctypes._CFuncPtr | None:
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     try:
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):  # not Linux

@@ -159,7 +159,8 @@ class ShardIndex:
         except (struct.error, ValueError) as err:
             raise FormatError(f"{where}: unreadable index header") from err
         if header.get("version") != INDEX_VERSION:
-            raise FormatError(f"{where}: index version {header.get('version')!r} not supported (expected {INDEX_VERSION})")
+            raise FormatError(f"{where}: index version {header.get('version')!r} not supported (expected "
+                              f"{INDEX_VERSION})")
         n, fields, nkeys = int(header["num_samples"]), tuple(header["fields"]), int(header["keys_bytes"])
         pos = start + hlen
         pos += -pos % _ALIGN
@@ -175,9 +176,13 @@ class ShardIndex:
             return arr
 
         nf = len(fields)
-        arrays = [take(n, (n,)), take(n, (n,)), take(n * nf, (n, nf)), take(n * nf, (n, nf)), take(n, (n,))]
+        sample_offset, sample_size = take(n, (n,)), take(n, (n,))
+        field_offset, field_size = take(n * nf, (n, nf)), take(n * nf, (n, nf))
+        key_end = take(n, (n,))
         key_blob = np.frombuffer(buf[pos : pos + nkeys], dtype=np.uint8).copy()
-        return cls(header["shard"], int(header["shard_bytes"]), fields, *arrays, key_blob)
+        return cls(shard=header["shard"], shard_bytes=int(header["shard_bytes"]), fields=fields,
+                   sample_offset=sample_offset, sample_size=sample_size, field_offset=field_offset,
+                   field_size=field_size, key_end=key_end, key_blob=key_blob)
 
 
 def write_index(path: str | os.PathLike[str], index: ShardIndex) -> None:
@@ -214,7 +219,8 @@ def index_tar(path: str | os.PathLike[str]) -> ShardIndex:
                     if key is not None:
                         entries.append(SampleEntry(key, start, end - start, current))
                     if mkey in seen:
-                        raise FormatError(f"{tar_path}: key {mkey!r} reappears at byte {member.offset}; members are not grouped by key")
+                        raise FormatError(f"{tar_path}: key {mkey!r} reappears at byte {member.offset}; members are "
+                                          "not grouped by key")
                     seen.add(mkey)
                     key, start, current = mkey, member.offset, {}
                 current[field] = (member.offset_data, member.size)

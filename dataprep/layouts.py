@@ -4,8 +4,10 @@ A ``LayoutHandler`` (frozen, picklable: it is sent to each worker once) says, fo
 layout, how a planned unit becomes raw records (``records``, in the parent), how a raw
 record becomes the sample a writer takes (``clean``, in a worker: cleaning and the row
 mapping of the output format), which content makes two samples duplicates
-(``dedup_digest``), and the Parquet schema of its samples. The run loop
-(``dataprep.pipeline``) knows nothing else about layouts.
+(``dedup_digest``), the Parquet schema of its samples, and whether its inputs are media
+(``is_media``: one raw record per unit, cleaned on threads). The handler is built once per
+run (``make_handler``) and passed down; the write loop (``dataprep.write_loop``) knows
+nothing else about layouts.
 
 A ``Packer`` sits between cleaning and the writer: it turns N kept inputs into M samples
 (``IdentityPacker``: one each). A packer that concatenates and cuts (fixed-length token
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -28,21 +30,31 @@ from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest, iter_table_rows
 from dataprep.clean.text import clean_text, iter_text_records, text_digest
 from dataprep.errors import UsageError
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS
-from dataprep.plan import FilePart, Plan, Unit
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
-from dataprep.sources import Layout
-from dataprep.writers import EncodedSample, encode_sample
+from dataprep.manifest import FORMAT_WDS
+from dataprep.records import CleanRecord, EncodedSample, RawRecord, Reject, RejectReason
+from dataprep.run_plan import FilePart, RunPlan, Unit
+from dataprep.sources import Layout, LayoutChoice
+from dataprep.writers.tar import encode_sample
 
 Result = CleanRecord | EncodedSample | Reject
 
 # Columns of Parquet shards holding images; other fields of a sample go to "extra".
-IMAGE_PARQUET_COLUMNS = (("jpg", pa.binary()), ("png", pa.binary()), ("cls", pa.int64()), ("txt", pa.string()), ("json", pa.string()))
-TEXT_PARQUET_SCHEMA = pa.schema([("__key__", pa.string()), ("text", pa.string()), ("__source__", pa.string()), ("__row__", pa.int64())])
+IMAGE_PARQUET_COLUMNS = (("jpg", pa.binary()), ("png", pa.binary()), ("cls", pa.int64()), ("txt", pa.string()),
+                         ("json", pa.string()))
+TEXT_PARQUET_SCHEMA = pa.schema([("__key__", pa.string()), ("text", pa.string()), ("__source__", pa.string()),
+                                 ("__row__", pa.int64())])
 
 
 class LayoutHandler(Protocol):
-    """The per-layout part of a run (module docstring)."""
+    """The per-layout part of a run (module docstring).
+
+    is_media: inputs are media files: one raw record per unit, cleaned on threads in a
+    supervised child (decoders release the GIL; a crashing decoder is isolated), and
+    counted up front (the plan's length). Otherwise units are files of rows or lines,
+    cleaned in worker processes.
+    """
+
+    is_media: ClassVar[bool]
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
         """The raw records of one planned unit, in order (a Reject unit yields itself)."""
@@ -109,6 +121,8 @@ def _bad_field_name(name: object) -> bool:
 class MediaHandler:
     """image-folder and grouped: one input per unit, images cleaned, duplicates found by the plan."""
 
+    is_media: ClassVar[bool] = True
+
     image: ImageOptions
     label_map: dict[str, int] | None
     output_format: str
@@ -142,7 +156,8 @@ class MediaHandler:
         return False  # media duplicates are found while planning
 
     def parquet_schema(self) -> pa.Schema:
-        return pa.schema([("__key__", pa.string()), *IMAGE_PARQUET_COLUMNS, ("extra", pa.map_(pa.string(), pa.binary()))])
+        return pa.schema([("__key__", pa.string()), *IMAGE_PARQUET_COLUMNS,
+                          ("extra", pa.map_(pa.string(), pa.binary()))])
 
 
 def _parquet_row(record: CleanRecord) -> CleanRecord | Reject:
@@ -155,7 +170,8 @@ def _parquet_row(record: CleanRecord) -> CleanRecord | Reject:
     except ValueError:
         shown = cls[:40] if isinstance(cls, bytes) else cls
         return Reject(record.source, RejectReason.BAD_LABEL,
-                      f"cls {shown!r} is not an integer; Parquet shards store cls as int64 (use --format wds to keep it as text)")
+                      f"cls {shown!r} is not an integer; Parquet shards store cls as int64 "
+                      "(use --format wds to keep it as text)")
     for name in ("txt", "json"):
         value = fields.pop(name, None)
         row[name] = value.decode("utf-8") if isinstance(value, bytes) else None
@@ -166,6 +182,8 @@ def _parquet_row(record: CleanRecord) -> CleanRecord | Reject:
 @dataclass(frozen=True)
 class TableHandler:
     """table: rows of file parts, coerced to the plan's schema; duplicates by ``--dedup-on``."""
+
+    is_media: ClassVar[bool] = False
 
     schema: dict[str, str]
     options: TableOptions
@@ -196,6 +214,8 @@ class TableHandler:
 class TextHandler:
     """text: files or lines of file parts, decoded and normalised; exact duplicates dropped."""
 
+    is_media: ClassVar[bool] = False
+
     options: TextOptions
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
@@ -218,9 +238,9 @@ class TextHandler:
         return TEXT_PARQUET_SCHEMA
 
 
-def make_handler(plan: Plan, image: ImageOptions, table: TableOptions, text: TextOptions,
+def make_handler(plan: RunPlan, image: ImageOptions, table: TableOptions, text: TextOptions,
                  output_format: str) -> LayoutHandler:
-    """The handler of the plan's layout."""
+    """The handler of the plan's layout (built once per run, or once per range task)."""
     layout = plan.layout
     if layout is Layout.TABLE:
         return TableHandler(plan.info.table_schema or {}, table)
@@ -229,11 +249,12 @@ def make_handler(plan: Plan, image: ImageOptions, table: TableOptions, text: Tex
     return MediaHandler(image, plan.info.label_map, output_format)
 
 
-def resolve_format(requested: str, layout: Layout) -> str:
-    """The output format for ``--format`` (auto, wds, parquet) and the layout."""
-    media = layout in (Layout.IMAGE_FOLDER, Layout.GROUPED)
-    if requested == "auto":
-        return FORMAT_WDS if media else FORMAT_PARQUET
-    if requested == FORMAT_WDS and not media:
-        raise UsageError(f"--format wds holds media samples; a {layout} dataset goes to --format parquet")
-    return requested
+def refuse_other_layouts_options(choice: LayoutChoice, table: TableOptions, raw: Path) -> None:
+    """Table options over a RAW that is not a table would be ignored: a usage error instead."""
+    if choice.layout is Layout.TABLE:
+        return
+    given = [flag for flag, value in (("--schema", table.schema), ("--dedup-on", table.dedup_on),
+                                      ("--required", table.required or None)) if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} applies to tables, but RAW {raw} is {choice.layout} ({choice.reason}); "
+                         f"leave it out, or pass --layout table if RAW holds tables")

@@ -30,7 +30,7 @@ from dataprep.config import option_differences
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.fsutil import TMP_SUFFIX, fsync_dir
 from dataprep.manifest import MANIFEST_NAME, REJECTS_NAME, Manifest, read_manifest
-from dataprep.plan import PLAN_NAME, PlanInfo
+from dataprep.run_plan import PLAN_NAME, RunPlanInfo
 
 LAYOUT_ADOPTED = "adopted"
 MAX_NAMES_SHOWN = 5
@@ -41,7 +41,7 @@ class OutputState:
     """What ``open_output`` found: a finished run, a run to resume (its plan info and checkpoint), or a fresh start."""
 
     finished: Manifest | None = None
-    plan: PlanInfo | None = None
+    plan: RunPlanInfo | None = None
     checkpoint: Checkpoint | None = None
 
 
@@ -152,7 +152,7 @@ def _names_of(shards: Any) -> set[str]:
 
 
 def _ownership(out: Path, *, overwrite: bool = False,
-               fallback_prefix: str | None = None) -> tuple[_Ownership | None, Manifest | None, PlanInfo | None]:
+               fallback_prefix: str | None = None) -> tuple[_Ownership | None, Manifest | None, RunPlanInfo | None]:
     """Who wrote OUT: (what is dataprep's or None if OUT holds no dataprep state, manifest, plan info).
 
     With ``overwrite``, a damaged plan or checkpoint in ``.dataprep/`` (a folder only dataprep
@@ -172,7 +172,7 @@ def _ownership(out: Path, *, overwrite: bool = False,
     damaged = False
     try:
         if (state_dir(out) / PLAN_NAME).exists():
-            plan = PlanInfo.from_path(state_dir(out) / PLAN_NAME)
+            plan = RunPlanInfo.from_path(state_dir(out) / PLAN_NAME)
             prefix = plan.fingerprint.get("prefix", prefix)
         checkpoint = load_checkpoint(out) if state_dir(out).is_dir() else None
     except FormatError:
@@ -236,6 +236,7 @@ def _check_recorded(out: Path, shards: Any, what: str) -> None:
     """Refuse when a shard recorded as complete is missing, of another size, or without its index sidecar."""
     for shard in shards:
         path = out / shard.name
+        problem: str | None
         try:
             size = path.stat().st_size
         except FileNotFoundError:

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from dataprep.errors import WorkerCrashError
+from dataprep.validate import check_int
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,7 +93,7 @@ def ordered_map(
         if not lost:
             return
         if on_crash is None:
-            raise WorkerCrashError(f"a worker process died while processing one of {len(lost)} inputs", lost)
+            raise WorkerCrashError(f"a worker process died while processing one of {len(lost)} inputs", list(lost))
         for item in lost:
             yield _run_isolated(fn, context, item, on_crash)
 
@@ -231,8 +232,7 @@ class InFlight:
     """
 
     def __init__(self, slots: int) -> None:
-        if slots < 1:
-            raise ValueError(f"'slots' must be a positive int (got {slots!r})")
+        check_int("slots", slots, minimum=1, error=ValueError)
         self._map = mmap.mmap(-1, 8 * slots)
         self._slots = np.frombuffer(self._map, dtype=np.int64)
         self._slots[:] = -1
@@ -286,7 +286,8 @@ def threaded_ordered_map(
 
     numbered = enumerate(items, first_position)
     with ThreadPoolExecutor(max(1, workers), thread_name_prefix="dataprep-clean") as pool:
-        pending: deque[Future[R]] = deque(pool.submit(task, *pair) for pair in itertools.islice(numbered, max(1, window)))
+        pending: deque[Future[R]] = deque(pool.submit(task,
+                                                      *pair) for pair in itertools.islice(numbered, max(1, window)))
         try:
             while pending:
                 future = pending.popleft()

@@ -1,13 +1,14 @@
-"""``--engine ray``: a plan's range tasks (``dataprep.ranges``) as Ray Core tasks.
+"""``--engine ray``: a plan's range tasks (``dataprep.range_tasks``) as Ray Core tasks (``RayEngine``).
 
 The driver connects to a running cluster (``--address``, or ``RAY_ADDRESS``), or starts
 a local one that it shuts down at the end; if Ray is already initialised in this
 process it is used as it is. Each range is one task of one CPU; a task whose worker
 process or node dies is run again by Ray (``TASK_RETRIES``), which is safe because a
 range task writes into a folder of its own attempt and only the driver publishes the
-attempt whose result it got (``dataprep.ranges``: a stale or duplicate attempt changes
-nothing); so is a task whose writing child process died while no input was to blame. Ray is optional: without it ``--engine ray``
-is a usage error that says how to install it.
+attempt whose result it got (``dataprep.range_driver``: a stale or duplicate attempt
+changes nothing); so is a task whose writing child process died while no input was to
+blame. Ray is optional: without it ``--engine ray`` is a usage error that says how to
+install it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from collections.abc import Callable, Iterator
 from types import ModuleType, TracebackType
 from typing import Any, TypeVar
 
+from dataprep.checkpoint import Checkpoint
 from dataprep.errors import DataprepError, RangeTaskError, UsageError, WorkerCrashError
-from dataprep.ranges import PROBE_DIR, check_probes, probe_node
+from dataprep.range_driver import check_probes, run_ranges
+from dataprep.range_tasks import PROBE_DIR, probe_node
+from dataprep.report import ProgressLine
+from dataprep.run_context import RunContext, RunOutcome
 from dataprep.store import OutputStore
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,25 @@ def check_reachable(address: str | None) -> None:
         raise UsageError(f"--address {address!r}: nothing answers at {host}:{port} ({err}); start the cluster with "
                          "`ray start --head` (its output prints the address), or leave out --address for a local "
                          "cluster") from err
+
+
+class RayEngine:
+    """``--engine ray``: every range not yet done as a Ray task (``range_driver.run_ranges``).
+
+    address: the cluster (``--address``; None: ``RAY_ADDRESS``, else a new local cluster).
+    """
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+
+    def check(self) -> None:
+        """Usage errors (how to install Ray, a wrong ``--address``) before anything is written."""
+        import_ray()
+        check_reachable(self.address)
+
+    def run(self, ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine) -> RunOutcome:
+        with RayExecutor(self.address) as executor:
+            return run_ranges(ctx, checkpoint, progress, executor)
 
 
 class RayExecutor:

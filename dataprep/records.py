@@ -1,4 +1,4 @@
-"""The value types that flow through dataprep: RawRecord -> CleanRecord | Reject.
+"""The value types that flow through dataprep: RawRecord -> CleanRecord | EncodedSample | Reject.
 
 A *raw record* is one input as found in RAW (an image with its sidecar files, a table
 row, a text line). Cleaning turns it into a *clean record* (the fields of one sample,
@@ -8,6 +8,7 @@ as encoded bytes) or a *reject* with a reason code.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 
 
@@ -69,6 +70,21 @@ class CleanRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedSample:
+    """One sample serialised as tar members, ready to append (``dataprep.writers.tar.encode_sample``).
+
+    Built where the sample is cleaned (a worker), so the writer only appends bytes.
+    blob: header(s), data and padding of every field, in sorted field order.
+    fields: field -> (offset of its data within ``blob``, data size in bytes).
+    """
+
+    key: str
+    source: str
+    blob: bytes
+    fields: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Reject:
     """One dropped input and why: a line of rejects.jsonl."""
 
@@ -82,3 +98,12 @@ class Reject:
         if self.row is not None:
             doc["row"] = self.row
         return doc
+
+
+def reject_line(reject: Reject) -> bytes:
+    """One line of rejects.jsonl: UTF-8 JSON; names that are not UTF-8 keep their bytes as \\udcXX escapes."""
+    doc = reject.to_json()
+    try:
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate from surrogateescape: os.fsencode restores the bytes
+        return json.dumps(doc).encode("ascii") + b"\n"

@@ -79,7 +79,7 @@ def format_summary(summary: Summary) -> str:
     return format_table(rows)
 
 
-class Progress:
+class ProgressLine:
     """A single-line progress display on a terminal (stderr); silent when not a TTY."""
 
     def __init__(self, total: int | None, *, stream: TextIO | None = None, enabled: bool | None = None,
@@ -108,7 +108,8 @@ class Progress:
                      f"inputs {totals.inputs_seen:,}  {totals.inputs_seen / elapsed:,.0f} inputs/s   ")
 
     def _due(self, force: bool) -> float | None:
-        """Seconds since the start when the line is to be redrawn now (enabled, and forced or not drawn recently), else None."""
+        """Seconds since the start when the line is to be redrawn now (enabled, and forced or not drawn
+        recently), else None."""
         if not self.enabled:
             return None
         now = time.monotonic()

@@ -117,14 +117,15 @@ class _Layout:
         self.record_bytes = self.key_bytes + 8
         self.records = np.dtype([("key", f"V{self.key_bytes}"), ("position", "<i8")])
         words = self.key_bytes // 8
-        self.words = np.dtype({"names": [f"w{i}" for i in range(words)], "formats": [">u8"] * words,
+        self.word_names = [f"w{i}" for i in range(words)]
+        self.words = np.dtype({"names": self.word_names, "formats": [">u8"] * words,
                                "offsets": [8 * i for i in range(words)], "itemsize": self.record_bytes})
         self.head = np.dtype({"names": ["h"], "formats": ["<u8"], "offsets": [0], "itemsize": self.record_bytes})
 
     def sort(self, records: np.ndarray) -> np.ndarray:
         """``records`` in digest order (bytewise)."""
         view = records.view(self.words)
-        order = np.lexsort([view[name] for name in reversed(self.words.names)])
+        order = np.lexsort([view[name] for name in reversed(self.word_names)])
         return records[order]
 
     def prefixes(self, records: np.ndarray) -> np.ndarray:
@@ -205,7 +206,8 @@ class _RunWriter:
         self.file.seek(0)
         self.file.write(header)
         self.file.close()  # fsync'd by the commit that first names it; a run merged away before never is
-        return _Run(self.path, self.layout, self.count, self.min_position, self.max_position, self.fence)
+        return _Run(path=self.path, layout=self.layout, count=self.count, min_position=self.min_position,
+                    max_position=self.max_position, fence=self.fence)
 
 class SeenSet:
     """Exact set of digests (bytes, e.g. 16-32 bytes) with the plan position where each was first seen.
@@ -506,7 +508,8 @@ class SeenSet:
             raise FormatError(f"{path}: run header or size does not match {MANIFEST_NAME} (expected {count} records "
                               f"of {layout.digest_bytes}-byte digests, {wanted} bytes; got {size} bytes, header "
                               f"{header[:8]!r}); hint: the store is damaged, start over with a new one")
-        return _Run(path, layout, count, int(entry["min_position"]), int(entry["max_position"]), array("Q"))
+        return _Run(path=path, layout=layout, count=count, min_position=int(entry["min_position"]),
+                    max_position=int(entry["max_position"]), fence=array("Q"))
 
     def _scan(self, run: _Run) -> None:
         """Build a reopened run's fence and set the Bloom bits of its digests (one sequential read)."""
@@ -547,7 +550,7 @@ class _Cursor:
                 self.done = True
             else:
                 self.pending = np.concatenate([self.pending, chunk])
-        cut = len(self.pending) if bound is None else int(np.searchsorted(self.layout.prefixes(self.pending),
-                                                                          np.uint64(bound)))
+        prefixes = self.layout.prefixes(self.pending)
+        cut = len(self.pending) if bound is None else int(np.searchsorted(prefixes, np.uint64(bound)))
         taken, self.pending = self.pending[:cut], self.pending[cut:]
         return taken

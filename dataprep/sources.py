@@ -145,7 +145,8 @@ def _image_folder_records(group: FileGroup, keys: KeyAssigner) -> Iterator[RawRe
     if not images:
         for _, f in others:
             yield Reject(f.rel, RejectReason.UNSUPPORTED,
-                         f"not an image ({_ext_text(f)}), and no image named {group.stem}.<ext> beside it to join as a sidecar")
+                         f"not an image ({_ext_text(f)}), and no image named {group.stem}.<ext> beside it to join "
+                         "as a sidecar")
         return
     images.sort(key=lambda item: (item[0], os.fsencode(item[1].rel)))
     sidecars: dict[str, RawFile] = {}
@@ -155,7 +156,8 @@ def _image_folder_records(group: FileGroup, keys: KeyAssigner) -> Iterator[RawRe
             yield Reject(f.rel, RejectReason.UNSUPPORTED, f"cannot be a sidecar of {images[0][1].rel}: {problem}")
         elif field in sidecars:
             yield Reject(f.rel, RejectReason.UNSUPPORTED,
-                         f"a second {field!r} sidecar of {images[0][1].rel}: {sidecars[field].rel} already gives that field "
+                         f"a second {field!r} sidecar of {images[0][1].rel}: {sidecars[field].rel} already gives "
+                         "that field "
                          "(extensions compare case-insensitively)")
         else:
             sidecars[field] = f

@@ -1,23 +1,33 @@
-"""Where a range-parallel run keeps the files every node reads and writes (OUT, shared).
+"""``OutputStore``: OUT as every part of a run writes it, the one seam between a run and its output.
 
-``OutputStore`` is the small interface the range tasks and their driver use for the
-run's shared state (probe files, per-range digests, duplicates and rejects); names are
-``/``-separated paths relative to OUT. ``LocalStore`` is OUT as a folder of a filesystem
-that every node mounts at the same path (NFS, Lustre, a local disk for one machine). The
-shard writers (``dataprep.writers``) still write to ``local_path()``; object storage
-(S3 through ``pyarrow.fs``) is a later implementation of this interface plus a writer
-that uploads closed shards.
+Everything a run puts in OUT goes through this interface: closed shards and their index
+sidecars (``publish``), the rejects file (``appender``, then ``move`` into place), the
+checkpoint, the manifest and the range tasks' shared files (``write_bytes``, ``writer``),
+and the renames that publish a range task's attempt (``move``). Names are ``/``-separated
+paths relative to OUT.
+
+Shard writers (``dataprep.writers``) stream to ``local_path()``, a folder of this machine,
+and hand each closed shard to ``publish``. ``LocalStore`` is OUT as a folder of a
+filesystem that every node mounts at the same path (NFS, Lustre, a local disk for one
+machine): ``local_path()`` is OUT itself and a closed shard is already in place, so
+``publish`` only has to be durable, which the writers' rename already is. An object store
+(S3, issue 22) implements the same methods: ``local_path()`` a staging folder, ``publish``
+and ``move`` uploads, ``write_bytes`` a put.
+
+What stays on ``local_path()`` without this interface: the run's lock, the plan files
+written once at the start (``dataprep.run_plan``), the duplicate set, and the checks and
+tidying of ``dataprep.outdir`` (what OUT holds when a run starts).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
-from dataprep.fsutil import commit_tmp, unique_tmp_path_for
+from dataprep.fsutil import commit_tmp, fsync_dir, unique_tmp_path_for
 
 
 class OutputStore(Protocol):
@@ -31,18 +41,34 @@ class OutputStore(Protocol):
 
     def read_bytes(self, name: str) -> bytes: ...
 
+    def open_read(self, name: str) -> BinaryIO: ...
+
     def write_bytes(self, name: str, data: bytes) -> None:
-        """Write ``name`` atomically: readers see the old file, or all of ``data``."""
+        """Write ``name`` atomically and durably: readers see the old file, or all of ``data``."""
         ...
 
     def writer(self, name: str) -> AbstractContextManager[BinaryIO]:
-        """A binary file that becomes ``name`` (atomically) only when the block ends without error."""
+        """A binary file that becomes ``name`` (atomically, durably) only when the block ends without error."""
         ...
 
-    def open_read(self, name: str) -> BinaryIO: ...
+    def appender(self, name: str, *, fresh: bool) -> AbstractContextManager[BinaryIO]:
+        """``name`` opened to append to (``fresh``: emptied first); what was written is durable after ``sync``."""
+        ...
+
+    def sync(self, file: BinaryIO) -> None:
+        """Make what was written so far to a file of ``appender`` durable."""
+        ...
+
+    def publish(self, names: Iterable[str]) -> None:
+        """The files ``names``, complete and renamed under ``local_path()`` by a shard writer, are now OUT's."""
+        ...
+
+    def move(self, renames: Iterable[tuple[str, str]]) -> None:
+        """Rename each (source, destination) within OUT, then make the renames durable."""
+        ...
 
     def local_path(self) -> Path:
-        """The folder that shard writers write to."""
+        """The folder of this machine that shard writers write to."""
         ...
 
 
@@ -54,7 +80,7 @@ class LocalStore:
     """
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.root = root
 
     def describe(self) -> str:
         return os.fspath(self.root)
@@ -67,6 +93,9 @@ class LocalStore:
 
     def read_bytes(self, name: str) -> bytes:
         return self._path(name).read_bytes()
+
+    def open_read(self, name: str) -> BinaryIO:
+        return open(self._path(name), "rb")
 
     def write_bytes(self, name: str, data: bytes) -> None:
         with self.writer(name) as f:
@@ -87,8 +116,28 @@ class LocalStore:
             tmp.unlink(missing_ok=True)
             raise
 
-    def open_read(self, name: str) -> BinaryIO:
-        return open(self._path(name), "rb")
+    def appender(self, name: str, *, fresh: bool) -> AbstractContextManager[BinaryIO]:
+        return open(self._path(name), "wb" if fresh else "ab")
+
+    def sync(self, file: BinaryIO) -> None:
+        file.flush()
+        os.fsync(file.fileno())
+
+    def publish(self, names: Iterable[str]) -> None:
+        """Nothing to do: the writer renamed each file into OUT and made the rename durable."""
+
+    def move(self, renames: Iterable[tuple[str, str]]) -> None:
+        folders: set[Path] = set()
+        for source, destination in renames:
+            os.replace(self._path(source), self._path(destination))
+            folders.add(self._path(destination).parent)
+        for folder in sorted(folders):
+            fsync_dir(folder)
 
     def local_path(self) -> Path:
         return self.root
+
+
+def leaf(name: str) -> str:
+    """The last component of a store name (``a/b/c.tar`` -> ``c.tar``)."""
+    return PurePosixPath(name).name

@@ -86,7 +86,8 @@ def _stray_shards(out: Path, manifest: Manifest) -> list[str]:
         shard_like = name.endswith(_SHARD_SUFFIXES) or (isinstance(pattern, str) and fnmatch.fnmatch(name, pattern))
         if shard_like:
             problems.append(f"{name}: a shard file in {out} that the manifest does not name (a stray copy or a "
-                            "leftover: readers that list the folder would take it); remove it or rerun the shard command")
+                            "leftover: readers that list the folder would take it); remove it or rerun the shard "
+                            "command")
     return problems
 
 
@@ -103,7 +104,8 @@ def _check_bytes(path: Path, info: ShardInfo, size: int) -> list[str]:
         problems.append(f"{info.name}: {size} bytes on disk, manifest records {info.bytes} (truncated or rewritten)")
     digest = sha256_file(path)
     if digest != info.sha256:
-        problems.append(f"{info.name}: sha256 {digest} does not match the manifest's {info.sha256} (shard corrupted or replaced)")
+        problems.append(f"{info.name}: sha256 {digest} does not match the manifest's {info.sha256} (shard corrupted "
+                        "or replaced)")
     return problems
 
 
@@ -190,7 +192,8 @@ def check_totals(manifest: Manifest, out_dir: Path) -> list[str]:
     if t.samples_kept != manifest.num_samples:
         problems.append(f"totals: samples_kept {t.samples_kept} != {manifest.num_samples} samples in the shards")
     if t.rejected_by_reason and sum(t.rejected_by_reason.values()) != t.rejected:
-        problems.append(f"totals: rejected_by_reason sums to {sum(t.rejected_by_reason.values())}, rejected is {t.rejected}")
+        problems.append(f"totals: rejected_by_reason sums to {sum(t.rejected_by_reason.values())}, rejected is "
+                        f"{t.rejected}")
     if manifest.rejects is not None:
         rejects = _shard_path(Path(out_dir), manifest.rejects)
         if rejects is None:
@@ -221,7 +224,8 @@ def _check_rejects(path: Path, name: str, rejected: int, by_reason: dict[str, in
         return [malformed]
     if by_reason and dict(counts) != {r: n for r, n in by_reason.items() if n}:
         differing = sorted(r for r in counts.keys() | by_reason.keys() if counts.get(r, 0) != by_reason.get(r, 0))
-        shown = ", ".join(f"{r}: {counts.get(r, 0)} in the file, {by_reason.get(r, 0)} in the manifest" for r in differing)
+        shown = ", ".join(f"{r}: {counts.get(r, 0)} in the file, {by_reason.get(r, 0)} in the manifest"
+                          for r in differing)
         return [f"{name}: rejects by reason differ from the manifest ({shown})"]
     return []
 

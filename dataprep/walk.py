@@ -52,7 +52,7 @@ class RawFile:
 
 
 def walk_files(raw: Path, *, follow_symlinks: bool = False) -> Iterator[RawFile | Reject]:
-    """Every regular file under ``raw`` in walk order, and a ``Reject`` for every entry not read (see the module doc)."""
+    """Every regular file under ``raw`` in walk order, and a ``Reject`` for every entry not read (module doc)."""
     root = os.path.realpath(raw)
     walked = {root: "."}  # real path of a walked directory -> its path relative to RAW
     yield from _walk(str(raw), "", _Policy(root, follow_symlinks, walked))
@@ -87,7 +87,8 @@ def _walk(directory: str, rel_dir: str, policy: _Policy) -> Iterator[RawFile | R
         if entry.is_dir():
             real = os.path.realpath(entry.path)
             if real in policy.walked:  # a cycle, or a second link to a directory outside RAW
-                yield Reject(rel, RejectReason.DUPLICATE, f"directory {policy.walked[real]} is already walked; not read again through {rel}")
+                yield Reject(rel, RejectReason.DUPLICATE,
+                             f"directory {policy.walked[real]} is already walked; not read again through {rel}")
                 continue
             policy.walked[real] = rel
             yield from _walk(entry.path, rel, policy)
@@ -107,7 +108,8 @@ def _symlink_verdict(entry: os.DirEntry[str], rel: str, policy: _Policy) -> Reje
     # could sort first, win the duplicate check and relabel the real file (another class).
     if inside and os.path.isdir(entry.path):
         return Reject(rel, RejectReason.DUPLICATE,
-                      f"symlink to directory {policy.rel_of(target)} inside RAW; its files are read there, not through the link")
+                      f"symlink to directory {policy.rel_of(target)} inside RAW; its files are read there, "
+                      "not through the link")
     if inside:
         return Reject(rel, RejectReason.DUPLICATE,
                       f"symlink to file {policy.rel_of(target)} inside RAW; it is read there, not through the link")
@@ -120,7 +122,8 @@ def _file_item(entry: os.DirEntry[str], rel: str) -> RawFile | Reject:
     except OSError as err:
         return Reject(rel, RejectReason.UNREADABLE, f"cannot stat: {err.strerror or err}")
     if not stat.S_ISREG(st.st_mode):
-        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
+        kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
+                else "device or special file")
         return Reject(rel, RejectReason.UNSUPPORTED, f"not a regular file (a {kind})")
     return RawFile(rel, entry.path, st.st_size, st.st_mtime_ns)
 

@@ -1,9 +1,12 @@
-"""Helpers shared by the tests of every package: encoding images, reading tar shards back."""
+"""Helpers shared by the tests of every package: encoding images, reading tar shards back, waiting on a condition."""
 
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,3 +34,15 @@ def tar_samples(out: Path) -> dict[str, dict[str, bytes]]:
                 assert key not in samples or field not in samples[key], f"{member.name} appears twice"
                 samples.setdefault(key, {})[field] = data
     return samples
+
+
+def wait_until(ready: Callable[[], bool], *, proc: subprocess.Popen[str] | None = None,
+               timeout_s: float = 60.0, poll_s: float = 0.0005) -> bool:
+    """Poll ``ready()`` every ``poll_s`` until it holds: whether it did before ``timeout_s`` (a guard against a
+    hang, not a bound on speed) and, with ``proc``, before that process ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if ready():
+            return True
+        time.sleep(poll_s)
+    return ready() if proc is None else False

@@ -52,10 +52,11 @@ from dataprep.config import ShardConfig
 from dataprep.errors import DataprepError
 from dataprep.fsutil import atomic_write_bytes
 from dataprep.layouts import LayoutHandler
-from dataprep.pipeline import clean_item, plan_records, shard
 from dataprep.records import RawRecord, Reject
+from dataprep.shard import plan_records, shard
 from dataprep.sources import Layout, choose_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
+from dataprep.write_loop import clean_item
 from dataprep.writers import EncodedSample, TarShardWriter
 from loaders.topology import cpus_available
 from tools._pagecache import resident_fraction

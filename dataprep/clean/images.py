@@ -116,7 +116,8 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
         fields["json"] = _dump_json(doc)
         for name, value in sidecars.items():
             if name in fields:
-                raise _Rejected(RejectReason.BAD_METADATA, f"sidecar field {name!r} collides with the generated {name!r} field")
+                raise _Rejected(RejectReason.BAD_METADATA,
+                                f"sidecar field {name!r} collides with the generated {name!r} field")
             fields[name] = value
     except _Rejected as rejected:
         return Reject(raw.source, rejected.reason, rejected.detail, raw.row)
@@ -175,7 +176,8 @@ def _parse_json_object(data: bytes, path: str) -> dict[str, object]:
     except ValueError as err:  # JSONDecodeError is a ValueError
         raise _Rejected(RejectReason.BAD_METADATA, f"json sidecar {path} does not parse: {err}") from None
     if not isinstance(doc, dict):
-        raise _Rejected(RejectReason.BAD_METADATA, f"json sidecar {path} holds a JSON {type(doc).__name__}, not an object")
+        raise _Rejected(RejectReason.BAD_METADATA,
+                        f"json sidecar {path} holds a JSON {type(doc).__name__}, not an object")
     return doc
 
 
@@ -193,7 +195,8 @@ def _dump_json(doc: dict[str, object]) -> bytes:
     except UnicodeEncodeError:
         # Lone surrogates (undecodable file names kept with surrogateescape, or "\udcxx"
         # escapes in a user's JSON) have no UTF-8 form: escape them, still valid JSON.
-        return json.dumps(doc, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        return json.dumps(doc, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
+                          allow_nan=False).encode("ascii")
 
 
 # ----------------------------------------------------------------------------- pixels
@@ -204,13 +207,15 @@ def _clean_pixels(data: bytes, opts: ImageOptions) -> tuple[str, bytes, tuple[in
     img = _open(data)
     width, height = img.size
     if width * height > opts.max_pixels:
-        raise _Rejected(RejectReason.TOO_LARGE, f"{width}x{height} = {width * height:,} pixels > max_pixels {opts.max_pixels:,}")
+        raise _Rejected(RejectReason.TOO_LARGE,
+                        f"{width}x{height} = {width * height:,} pixels > max_pixels {opts.max_pixels:,}")
     orientation = _orientation(img)
     upright = (height, width) if orientation >= 5 else (width, height)
     if min(upright) < opts.min_side:
         raise _Rejected(
             RejectReason.TOO_SMALL,
-            f"shorter side {min(upright)} px < min_side {opts.min_side} ({upright[0]}x{upright[1]} after EXIF orientation)",
+            f"shorter side {min(upright)} px < min_side {opts.min_side} "
+            f"({upright[0]}x{upright[1]} after EXIF orientation)",
         )
     target = target_size(upright, opts)
     is_jpeg = img.format in _JPEG_FORMATS
@@ -291,7 +296,8 @@ def _decode_failure(data: bytes, err: BaseException | None, fmt: str | None) -> 
         return _Rejected(problem[0], f"{problem[1]} ({said})")
     if fmt == "WEBP" and len(data) >= 8 and int.from_bytes(data[4:8], "little") + 8 > len(data):
         riff_end = int.from_bytes(data[4:8], "little") + 8
-        return _Rejected(RejectReason.TRUNCATED, f"WEBP data ends at byte {len(data)}, its RIFF header says {riff_end} ({said})")
+        return _Rejected(RejectReason.TRUNCATED,
+                         f"WEBP data ends at byte {len(data)}, its RIFF header says {riff_end} ({said})")
     return _Rejected(RejectReason.CORRUPT, f"{fmt or 'image'} data does not decode ({said})")
 
 

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from dataprep.errors import UsageError
+from dataprep.validate import as_enum, check_int, invalid, is_int
 
 # Pillow's default decompression-bomb threshold (``PIL.Image.MAX_IMAGE_PIXELS``).
 DEFAULT_MAX_PIXELS = 89_478_485
@@ -26,36 +27,6 @@ class TextUnit(enum.StrEnum):
 
     FILE = "file"
     LINE = "line"
-
-
-def _fail(name: str, expected: str, value: object) -> UsageError:
-    return UsageError(f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__})")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, minimum: int, expected: str) -> None:
-    if not _is_int(value) or value < minimum:  # type: ignore[operator]
-        raise _fail(name, expected, value)
-
-
-def _check_optional_positive(name: str, value: object) -> None:
-    if value is not None:
-        _check_int(name, value, 1, "a positive int or None")
-
-
-def _as_enum(name: str, cls: type[enum.StrEnum], value: object) -> enum.StrEnum:
-    if isinstance(value, cls):
-        return value
-    choices = ", ".join(repr(m.value) for m in cls)
-    if not isinstance(value, str):
-        raise _fail(name, f"one of {choices}", value)
-    try:
-        return cls(value)
-    except ValueError:
-        raise _fail(name, f"one of {choices}", value) from None
 
 
 @dataclass(frozen=True)
@@ -81,24 +52,24 @@ class ImageOptions:
     background: tuple[int, int, int] = (255, 255, 255)
 
     def __post_init__(self) -> None:
-        _check_int("min_side", self.min_side, 0, "a non-negative int")
-        _check_int("max_pixels", self.max_pixels, 1, "a positive int")
-        _check_optional_positive("resize_short", self.resize_short)
-        _check_optional_positive("max_side", self.max_side)
+        check_int("min_side", self.min_side, minimum=0, error=UsageError)
+        check_int("max_pixels", self.max_pixels, minimum=1, error=UsageError)
+        check_int("resize_short", self.resize_short, minimum=1, optional=True, error=UsageError)
+        check_int("max_side", self.max_side, minimum=1, optional=True, error=UsageError)
         if self.resize_short is not None and self.max_side is not None:
             raise UsageError(
                 f"'resize_short' and 'max_side' are mutually exclusive (got {self.resize_short} and {self.max_side})"
             )
-        if not _is_int(self.quality) or not 1 <= self.quality <= 100:
-            raise _fail("quality", "an int within 1..100", self.quality)
-        object.__setattr__(self, "reencode_format", _as_enum("reencode_format", ImageFormat, self.reencode_format))
+        check_int("quality", self.quality, minimum=1, maximum=100, error=UsageError)
+        object.__setattr__(self, "reencode_format",
+                           as_enum("reencode_format", ImageFormat, self.reencode_format, error=UsageError))
         background = self.background
         if (
             not isinstance(background, (tuple, list))
             or len(background) != 3
-            or not all(_is_int(c) and 0 <= c <= 255 for c in background)
+            or not all(is_int(c) and 0 <= c <= 255 for c in background)
         ):
-            raise _fail("background", "three ints within 0..255 (R, G, B)", background)
+            raise invalid("background", "three ints within 0..255 (R, G, B)", background, UsageError)
         object.__setattr__(self, "background", tuple(background))
 
 
@@ -118,19 +89,20 @@ class TableOptions:
     def __post_init__(self) -> None:
         if self.schema is not None:
             if not isinstance(self.schema, dict) or not self.schema:
-                raise _fail("schema", "a non-empty dict of column -> type name or None", self.schema)
+                raise invalid("schema", "a non-empty dict of column -> type name or None", self.schema, UsageError)
             for column, type_name in self.schema.items():
                 if not isinstance(column, str) or not column or column in RESERVED_COLUMNS:
-                    raise _fail("schema", f"keyed by column names neither empty nor reserved {sorted(RESERVED_COLUMNS)}", column)
+                    expected = f"keyed by column names neither empty nor reserved {sorted(RESERVED_COLUMNS)}"
+                    raise invalid("schema", expected, column, UsageError)
                 if type_name not in TABLE_TYPES:
-                    raise _fail(f"schema[{column!r}]", f"one of {sorted(TABLE_TYPES)}", type_name)
+                    raise invalid(f"schema[{column!r}]", f"one of {sorted(TABLE_TYPES)}", type_name, UsageError)
             object.__setattr__(self, "schema", dict(self.schema))  # no aliasing of the caller's dict
         if self.required is not None:
             if isinstance(self.required, str) or not all(isinstance(c, str) and c for c in self.required):
-                raise _fail("required", "a tuple of column names or None", self.required)
+                raise invalid("required", "a tuple of column names or None", self.required, UsageError)
             object.__setattr__(self, "required", tuple(self.required))
         if self.dedup_on is not None and (not isinstance(self.dedup_on, str) or not self.dedup_on):
-            raise _fail("dedup_on", "a column name or None", self.dedup_on)
+            raise invalid("dedup_on", "a column name or None", self.dedup_on, UsageError)
         if self.schema is not None:
             for name in (*(self.required or ()), *([self.dedup_on] if self.dedup_on else [])):
                 if name not in self.schema:
@@ -149,6 +121,6 @@ class TextOptions:
     normalize: str = "NFC"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "unit", _as_enum("unit", TextUnit, self.unit))
+        object.__setattr__(self, "unit", as_enum("unit", TextUnit, self.unit, error=UsageError))
         if self.normalize not in NORMAL_FORMS:
-            raise _fail("normalize", f"one of {sorted(NORMAL_FORMS)}", self.normalize)
+            raise invalid("normalize", f"one of {sorted(NORMAL_FORMS)}", self.normalize, UsageError)

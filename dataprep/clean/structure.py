@@ -69,7 +69,8 @@ def png_structure_problem(data: bytes) -> Problem | None:
         kind = bytes(view[pos + 4 : pos + 8])
         end = pos + 12 + int.from_bytes(view[pos : pos + 4], "big")
         if end > size:
-            return RejectReason.TRUNCATED, f"PNG chunk {kind!r} at byte {pos} ends at byte {end}, past the end of the data"
+            return (RejectReason.TRUNCATED,
+                    f"PNG chunk {kind!r} at byte {pos} ends at byte {end}, past the end of the data")
         if zlib.crc32(view[pos + 4 : end - 4]) != int.from_bytes(view[end - 4 : end], "big"):
             return RejectReason.CORRUPT, f"PNG chunk {kind!r} at byte {pos} fails its CRC check"
         has_idat = has_idat or kind == b"IDAT"

@@ -136,7 +136,8 @@ def _csv_header(reader: Iterator[list[str]]) -> list[str] | RowError:
     duplicated = sorted(name for name, n in Counter(names).items() if n > 1)
     reserved = sorted(RESERVED_COLUMNS.intersection(names))
     if "" in names or duplicated or reserved:
-        problem = "an empty column name" if "" in names else f"column names used twice or reserved: {duplicated + reserved}"
+        problem = ("an empty column name" if "" in names
+                   else f"column names used twice or reserved: {duplicated + reserved}")
         return RowError(RejectReason.BAD_ROW, f"header has {problem}")
     return names
 
@@ -364,7 +365,8 @@ def clean_row(raw: RawRecord, schema: Mapping[str, str], opts: TableOptions) -> 
     if isinstance(value, RowError):
         return Reject(raw.source, value.reason, value.detail, raw.row)
     if not isinstance(value, Mapping):
-        return Reject(raw.source, RejectReason.BAD_ROW, f"row is a {type(value).__name__}, expected column -> value", raw.row)
+        return Reject(raw.source, RejectReason.BAD_ROW, f"row is a {type(value).__name__}, expected column -> value",
+                      raw.row)
     for column in (schema if opts.required is None else opts.required):
         if value.get(column) is None:
             state = "null" if column in value else "absent"

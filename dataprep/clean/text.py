@@ -39,7 +39,8 @@ def iter_text_records(path: Path, source: str, unit: TextUnit, *, key_stem: str 
                 if end is not None and offset >= end:
                     return
                 offset += len(line)
-                yield RawRecord(f"{stem}_{row:08d}", source, row=row, value=line.removesuffix(b"\n").removesuffix(b"\r"))
+                yield RawRecord(f"{stem}_{row:08d}", source, row=row,
+                                value=line.removesuffix(b"\n").removesuffix(b"\r"))
     except OSError as err:
         where = f" after line {row}" if row >= first_row else ""
         error = RowError(RejectReason.UNREADABLE, f"cannot read {path}{where}: {err.strerror or err}")
@@ -57,7 +58,8 @@ def clean_text(raw: RawRecord, opts: TextOptions) -> CleanRecord | Reject:
     if isinstance(data, RowError):
         return Reject(raw.source, data.reason, data.detail, raw.row)
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"clean_text needs the record's bytes as value (got a {type(data).__name__} for {raw.source!r})")
+        raise TypeError(f"clean_text needs the record's bytes as value (got a {type(data).__name__} for "
+                        f"{raw.source!r})")
     data = bytes(data)
     where = f" of line {raw.row}" if raw.row is not None else ""
     try:
@@ -69,7 +71,8 @@ def clean_text(raw: RawRecord, opts: TextOptions) -> CleanRecord | Reject:
         text = text.removeprefix("\ufeff")
     if not text.strip():
         what = "line" if raw.row is not None else "file"
-        return Reject(raw.source, RejectReason.EMPTY_TEXT, f"{what} is empty or only whitespace ({len(data)} bytes)", raw.row)
+        return Reject(raw.source, RejectReason.EMPTY_TEXT, f"{what} is empty or only whitespace ({len(data)} bytes)",
+                      raw.row)
     text = unicodedata.normalize(cast(NormalForm, opts.normalize), text)
     return CleanRecord(raw.key, raw.source, {"text": text, "__source__": raw.source, "__row__": raw.row})
 
@@ -78,5 +81,6 @@ def text_digest(record: CleanRecord) -> bytes:
     """16-byte BLAKE2b of the record's normalised text (UTF-8): equal digests = exact duplicates."""
     text = record.fields["text"]
     if not isinstance(text, str):
-        raise TypeError(f"text_digest needs a clean text record (field 'text' of {record.key!r} is a {type(text).__name__})")
+        raise TypeError(f"text_digest needs a clean text record (field 'text' of {record.key!r} is a "
+                        f"{type(text).__name__})")
     return hashlib.blake2b(text.encode("utf-8"), digest_size=TEXT_DIGEST_BYTES).digest()

@@ -13,16 +13,21 @@ from dataprep.synthetic.spec import SyntheticSpec
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: write a sample dataset and print a one-line summary. Exit 0, or 2 on bad arguments."""
-    parser = argparse.ArgumentParser(prog="python -m dataprep.synthetic", description="Write a deterministic sample raw dataset.")
+    parser = argparse.ArgumentParser(prog="python -m dataprep.synthetic",
+                                     description="Write a deterministic sample raw dataset.")
     parser.add_argument("out", type=Path, metavar="OUT", help="output directory (created; must be empty or absent)")
-    parser.add_argument("--images", type=int, default=SyntheticSpec.images, help="valid images in all (default %(default)s)")
-    parser.add_argument("--classes", type=int, default=SyntheticSpec.classes, help="class folders (default %(default)s)")
+    parser.add_argument("--images", type=int, default=SyntheticSpec.images,
+                        help="valid images in all (default %(default)s)")
+    parser.add_argument("--classes", type=int, default=SyntheticSpec.classes,
+                        help="class folders (default %(default)s)")
     parser.add_argument("--seed", type=int, default=SyntheticSpec.seed, help="random seed (default %(default)s)")
     for name, what in (("broken", "files cleaning must reject"), ("tables", "tables/"), ("text", "text/")):
-        parser.add_argument(f"--{name}", action=argparse.BooleanOptionalAction, default=True, help=f"write {what} (default on)")
+        parser.add_argument(f"--{name}", action=argparse.BooleanOptionalAction, default=True,
+                            help=f"write {what} (default on)")
     args = parser.parse_args(argv)
     try:
-        spec = SyntheticSpec(images=args.images, classes=args.classes, seed=args.seed, broken=args.broken, tables=args.tables, text=args.text)
+        spec = SyntheticSpec(images=args.images, classes=args.classes, seed=args.seed, broken=args.broken,
+                             tables=args.tables, text=args.text)
         report = make_dataset(args.out, spec)
     except DataprepError as err:
         print(f"error: {err}", file=sys.stderr)

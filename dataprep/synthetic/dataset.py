@@ -13,11 +13,16 @@ from dataprep.synthetic.tables import TABLE_ROWS_PER_FILE, write_tables
 from dataprep.synthetic.text import write_text
 
 
-def make_dataset(root: str | os.PathLike[str], spec: SyntheticSpec = SyntheticSpec()) -> SyntheticReport:
-    """Write ``images/``, ``tables/`` and ``text/`` under ``root`` (created; must be empty or absent)."""
+def make_dataset(root: str | os.PathLike[str], spec: SyntheticSpec | None = None) -> SyntheticReport:
+    """Write ``images/``, ``tables/`` and ``text/`` under ``root`` (created; must be empty or absent).
+
+    ``spec``: what to write (default ``SyntheticSpec()``).
+    """
+    spec = spec if spec is not None else SyntheticSpec()
     top = Path(root)
     prepare_dir(top)
-    tree = make_image_tree(top / "images", images=spec.images, classes=spec.classes, seed=spec.seed, broken=spec.broken, sidecars=spec.sidecars)
+    tree = make_image_tree(top / "images", images=spec.images, classes=spec.classes, seed=spec.seed,
+                           broken=spec.broken, sidecars=spec.sidecars)
     sink = Sink()
     table_rejects = write_tables(top / "tables", spec.seed, sink) if spec.tables else {}
     text_files = write_text(top / "text", spec.seed, sink) if spec.text else 0

@@ -66,7 +66,8 @@ def _special_bytes(kind: str, pixels: np.ndarray, rng: np.random.Generator) -> t
         return "png", encode(image.quantize(64), "PNG")
     if kind == "png_gray16":
         # Low bits random so the file really needs 16 bits.
-        grey = np.asarray(image.convert("L"), dtype=np.uint16) * 256 + rng.integers(0, 256, pixels.shape[:2], dtype=np.uint16)
+        grey = np.asarray(image.convert("L"),
+                          dtype=np.uint16) * 256 + rng.integers(0, 256, pixels.shape[:2], dtype=np.uint16)
         return "png", encode(Image.fromarray(grey), "PNG")
     if kind == "jpeg_gray":
         return "jpg", encode(image.convert("L"), "JPEG", quality=90)
@@ -89,11 +90,13 @@ def _caption(rng: np.random.Generator, subject: str) -> bytes:
 
 
 def _metadata(rng: np.random.Generator, index: int, height: int, width: int) -> bytes:
-    doc = {"caption_id": index, "photographer": str(rng.choice(PEOPLE)), "license": "CC-BY-4.0", "height": height, "width": width}
+    doc = {"caption_id": index, "photographer": str(rng.choice(PEOPLE)), "license": "CC-BY-4.0", "height": height,
+           "width": width}
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
-def _write_image(directory: Path, stem: str, index: int, kind: str, style: Style, seed: int, sink: Sink, sidecars: bool) -> tuple[str, str]:
+def _write_image(directory: Path, stem: str, index: int, kind: str, style: Style, seed: int, sink: Sink,
+                 sidecars: bool) -> tuple[str, str]:
     """Write image ``index`` (and its sidecars) under ``directory``; returns (file name, kind written)."""
     rng = np.random.default_rng([seed, STREAM_IMAGE, index])
     height, width = _pick_size(rng)
@@ -104,7 +107,8 @@ def _write_image(directory: Path, stem: str, index: int, kind: str, style: Style
     except OSError as err:
         if kind != "undecodable_name" or err.errno not in (errno.EILSEQ, errno.EINVAL):
             raise
-        logger.warning("%s: the file system refuses a non-UTF-8 file name (%s); writing %s.jpg instead", directory, err.strerror, stem)
+        logger.warning("%s: the file system refuses a non-UTF-8 file name (%s); writing %s.jpg instead", directory,
+                       err.strerror, stem)
         name, kind = f"{stem}.jpg", "jpeg"
         sink.write(directory / name, data)
     sidecar_stem = name.rpartition(".")[0]
@@ -144,7 +148,8 @@ def _class_dir(index: int, classes: int) -> str:
     return f"class_{index:0{max(2, len(str(classes - 1)))}d}"
 
 
-def make_image_tree(root: str | os.PathLike[str], *, images: int, classes: int, seed: int, broken: bool = True, sidecars: bool = True) -> SyntheticReport:
+def make_image_tree(root: str | os.PathLike[str], *, images: int, classes: int, seed: int, broken: bool = True,
+                    sidecars: bool = True) -> SyntheticReport:
     """Write an image-folder tree ``root/class_KK/img_NNNN.ext``: ``images`` valid images, then the broken ones.
 
     The report's paths are relative to ``root`` itself; its table and text counts are 0.
@@ -164,11 +169,13 @@ def make_image_tree(root: str | os.PathLike[str], *, images: int, classes: int, 
     for index in range(images):
         kind = SPECIAL_KINDS[index - 1] if 1 <= index <= len(SPECIAL_KINDS) else "jpeg"
         directory = dirs[index % classes]
-        name, written = _write_image(top / directory, f"img_{index:0{digits}d}", index, kind, styles[index % classes], seed, sink, sidecars)
+        name, written = _write_image(top / directory, f"img_{index:0{digits}d}", index, kind, styles[index % classes],
+                                     seed, sink, sidecars)
         if written != "jpeg":
             special[f"{directory}/{name}"] = written
     rejects = _write_broken(top, dirs, images, digits, seed, sink) if broken else {}
-    return SyntheticReport(top, images, rejects, 0, 0, 0, sink.bytes_written, special)
+    return SyntheticReport(root=top, image_files=images, broken=rejects, table_rows=0, bad_table_rows=0, text_files=0,
+                           bytes_written=sink.bytes_written, special=special)
 
 
 def _write_broken(top: Path, dirs: list[str], first: int, digits: int, seed: int, sink: Sink) -> dict[str, str]:

@@ -8,7 +8,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from dataprep.synthetic.spec import check_int
+from dataprep.synthetic.spec import check_count
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ def _fractal_noise(height: int, width: int, alpha: float, rng: np.random.Generat
     envelope = freq ** np.float32(-alpha / 2)
     envelope[0, 0] = 0.0  # no DC: the mean comes from the base layer
     shape = envelope.shape
-    spectrum = (rng.standard_normal(shape, dtype=np.float32) + 1j * rng.standard_normal(shape, dtype=np.float32)) * envelope
+    spectrum = (rng.standard_normal(shape,
+                                    dtype=np.float32) + 1j * rng.standard_normal(shape, dtype=np.float32)) * envelope
     noise = np.fft.irfft2(spectrum, s=(height, width)).astype(np.float32)
     noise -= noise.mean()
     noise /= noise.std() + np.float32(1e-8)
@@ -85,15 +86,16 @@ def render(height: int, width: int, style: Style, rng: np.random.Generator) -> n
     base = np.clip(_base_layer(small_h, small_w, style, rng), 0, 255).astype(np.uint8)
     base_up = np.asarray(Image.fromarray(base).resize((width, height), Image.Resampling.BICUBIC), dtype=np.float32)
     gain = 0.2 + 1.6 / (1 + np.exp(-2 * _fractal_noise(small_h, small_w, 3.0, rng)))
-    gain_up = np.asarray(Image.fromarray(gain.astype(np.float32), "F").resize((width, height), Image.Resampling.BILINEAR))
+    gain_up = np.asarray(Image.fromarray(gain.astype(np.float32),
+                                         "F").resize((width, height), Image.Resampling.BILINEAR))
     texture = _fractal_noise(height, width, style.alpha, rng) * gain_up * np.float32(style.texture_std)
     return np.clip(base_up + texture[..., None], 0, 255).astype(np.uint8)
 
 
 def photo_like(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
     """A photo-like RGB image: uint8 [H, W, 3] on the CPU, random style drawn from ``rng``."""
-    check_int("height", height, 1)
-    check_int("width", width, 1)
+    check_count("height", height, 1)
+    check_count("width", width, 1)
     return render(height, width, random_style(rng), rng)
 
 

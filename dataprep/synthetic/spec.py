@@ -6,21 +6,15 @@ import dataclasses
 from pathlib import Path
 
 from dataprep.errors import UsageError
+from dataprep.validate import check_bool, check_int
 
 # Random streams, one per scope, so that images do not depend on tables and vice versa.
 STREAM_CLASS, STREAM_IMAGE, STREAM_BROKEN, STREAM_TABLE, STREAM_TEXT = range(5)
 
 
-def check_int(name: str, value: object, minimum: int) -> None:
+def check_count(name: str, value: object, minimum: int) -> None:
     """Raise UsageError unless ``value`` is an int (not a bool) >= ``minimum``."""
-    if type(value) is not int or value < minimum:
-        raise UsageError(f"'{name}' must be an int >= {minimum} (got {value!r} that is a {type(value).__name__})")
-
-
-def check_bool(name: str, value: object) -> None:
-    """Raise UsageError unless ``value`` is a bool."""
-    if type(value) is not bool:
-        raise UsageError(f"'{name}' must be a bool (got {value!r} that is a {type(value).__name__})")
+    check_int(name, value, minimum=minimum, expected=f"an int >= {minimum}", error=UsageError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +30,14 @@ class SyntheticSpec:
     sidecars: bool = True
 
     def __post_init__(self) -> None:
-        check_int("images", self.images, 1)
-        check_int("classes", self.classes, 1)
-        check_int("seed", self.seed, 0)
+        check_count("images", self.images, 1)
+        check_count("classes", self.classes, 1)
+        check_count("seed", self.seed, 0)
         for name in ("broken", "tables", "text", "sidecars"):
-            check_bool(name, getattr(self, name))
+            check_bool(name, getattr(self, name), error=UsageError)
         if self.classes > self.images:
-            raise UsageError(f"'classes' must be <= 'images' so no class folder is empty (got classes={self.classes}, images={self.images})")
+            raise UsageError(f"'classes' must be <= 'images' so no class folder is empty (got classes={self.classes}, "
+                             f"images={self.images})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,8 @@ TABLE_COLUMNS = ("id", "name", "score", "tags", "split")  # int, str, float, str
 
 # Data row (0-based) -> how it is broken, per file; each breaks exactly one rule.
 # One duplicate id in all (a reject only where a run dedups on "id").
-_BAD_KINDS = (RejectReason.WRONG_TYPE, RejectReason.MISSING_COLUMN, RejectReason.BAD_ROW, RejectReason.INVALID_UTF8, RejectReason.DUPLICATE)
+_BAD_KINDS = (RejectReason.WRONG_TYPE, RejectReason.MISSING_COLUMN, RejectReason.BAD_ROW, RejectReason.INVALID_UTF8,
+              RejectReason.DUPLICATE)
 _CSV_BAD = dict(zip((20, 60, 100, 140, 180), _BAD_KINDS))
 _JSONL_BAD = dict(zip((30, 70, 110, 150), _BAD_KINDS[:4]))
 _DUPLICATE_OF = 10  # the data row whose id the "duplicate" row repeats

@@ -35,7 +35,8 @@ def write_text(top: Path, seed: int, sink: Sink) -> int:
     files["accents_nfc.txt"] = unicodedata.normalize("NFC", _NFC_TEXT).encode()
     files["accents_nfd.txt"] = unicodedata.normalize("NFD", _NFC_TEXT).encode()
     files["blank.txt"] = b"  \n\t\n   \n"
-    files["latin1.txt"] = b"First line is fine.\n" + "Caf\u00e9 cr\u00e8me in Z\u00fcrich.\n".encode("latin-1") + b"Last line is fine.\n"
+    latin1 = "Caf\u00e9 cr\u00e8me in Z\u00fcrich.\n".encode("latin-1")
+    files["latin1.txt"] = b"First line is fine.\n" + latin1 + b"Last line is fine.\n"
     for name, data in files.items():
         sink.write(top / name, data)
     return len(files)

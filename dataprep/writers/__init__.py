@@ -4,13 +4,16 @@ Modules:
     base     the ``ShardWriter`` protocol, rollover limits (``ShardLimits``), shard naming
     tar      ``TarShardWriter``: WebDataset tar shards streamed to disk, with index sidecars
     parquet  ``ParquetShardWriter``: Parquet shards in bounded row groups
+    formats  which format a run writes (``choose_format``) and its writer (``open_writer``)
 """
 
 from __future__ import annotations
 
+from dataprep.records import EncodedSample
 from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, ShardLimits, ShardNaming, ShardWriter
+from dataprep.writers.formats import WriterOptions, choose_format, manifest_schema, open_writer
 from dataprep.writers.parquet import KEY_COLUMN, ParquetShardWriter
-from dataprep.writers.tar import EncodedSample, TarShardWriter, encode_sample
+from dataprep.writers.tar import TarShardWriter, encode_sample
 
 __all__ = [
     "DEFAULT_MAX_SHARD_BYTES",
@@ -21,5 +24,9 @@ __all__ = [
     "ShardNaming",
     "ShardWriter",
     "TarShardWriter",
+    "WriterOptions",
+    "choose_format",
     "encode_sample",
+    "manifest_schema",
+    "open_writer",
 ]

@@ -16,7 +16,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from dataprep.errors import UsageError
 from dataprep.manifest import ShardInfo
-from dataprep.records import CleanRecord
+from dataprep.records import CleanRecord, EncodedSample
+from dataprep.validate import check_int, invalid
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ _W = TypeVar("_W", bound="WriterLifecycle")
 class ShardWriter(Protocol):
     """Writes clean records into numbered shards in one output directory."""
 
-    def write(self, record: CleanRecord) -> list[ShardInfo]:
+    def write(self, record: CleanRecord | EncodedSample) -> list[ShardInfo]:
         """Add one sample; returns the shards this call completed (0 or 1), already final."""
         ...
 
@@ -48,22 +49,6 @@ class ShardWriter(Protocol):
     ) -> None: ...
 
 
-def _type_name(value: object) -> str:
-    return type(value).__name__
-
-
-def check_positive_int(name: str, value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is an int > 0 (bools are refused)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"'{name}' must be a positive int (got {value!r} that is a {_type_name(value)})")
-
-
-def check_optional_positive_int(name: str, value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is None or an int > 0 (bools are refused)."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise ValueError(f"'{name}' must be a positive int or None (got {value!r} that is a {_type_name(value)})")
-
-
 @dataclass(frozen=True)
 class ShardLimits:
     """When a shard is full. At least one limit must be set.
@@ -77,10 +62,11 @@ class ShardLimits:
     max_samples_per_shard: int | None = None
 
     def __post_init__(self) -> None:
-        check_optional_positive_int("max_shard_bytes", self.max_shard_bytes)
-        check_optional_positive_int("max_samples_per_shard", self.max_samples_per_shard)
+        check_int("max_shard_bytes", self.max_shard_bytes, minimum=1, optional=True, error=ValueError)
+        check_int("max_samples_per_shard", self.max_samples_per_shard, minimum=1, optional=True, error=ValueError)
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
-            raise ValueError("at least one of 'max_shard_bytes' and 'max_samples_per_shard' must be set (got None for both)")
+            raise ValueError("at least one of 'max_shard_bytes' and 'max_samples_per_shard' must be set (got None for "
+                             "both)")
 
     def is_overflow(self, shard_bytes: int, num_samples: int, sample_bytes: int) -> bool:
         """True if a sample of ``sample_bytes`` must open a new shard instead of joining this one.
@@ -108,12 +94,8 @@ class ShardNaming:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
-            raise ValueError(
-                f"'prefix' must be a non-empty str without '/' or a leading '.' (got {self.prefix!r} that is a {_type_name(self.prefix)})"
-            )
-        if not isinstance(self.start_shard, int) or isinstance(self.start_shard, bool) or self.start_shard < 0:
-            got = f"{self.start_shard!r} that is a {_type_name(self.start_shard)}"
-            raise ValueError(f"'start_shard' must be a non-negative int (got {got})")
+            raise invalid("prefix", "a non-empty str without '/' or a leading '.'", self.prefix, ValueError)
+        check_int("start_shard", self.start_shard, minimum=0, error=ValueError)
         if not Path(self.out_dir).is_dir():
             raise UsageError(f"{self.out_dir}: output directory does not exist or is not a directory (create it first)")
 

@@ -22,13 +22,13 @@ import pyarrow.parquet as pq
 
 from dataprep.fsutil import commit_tmp, tmp_path_for
 from dataprep.manifest import ShardInfo, sha256_file
-from dataprep.records import CleanRecord
+from dataprep.records import CleanRecord, EncodedSample
+from dataprep.validate import check_int, invalid
 from dataprep.writers.base import (
     DEFAULT_MAX_SHARD_BYTES,
     ShardLimits,
     ShardNaming,
     WriterLifecycle,
-    check_positive_int,
     remove_quietly,
 )
 
@@ -62,10 +62,11 @@ def estimate_bytes(value: object) -> int:
 def file_schema(schema: pa.Schema) -> pa.Schema:
     """The schema written to disk: ``__key__`` (string, not null) first, then the caller's columns."""
     if not isinstance(schema, pa.Schema):
-        raise TypeError(f"'schema' must be a pyarrow.Schema (got {schema!r} that is a {type(schema).__name__})")
+        raise invalid("schema", "a pyarrow.Schema", schema, TypeError)
     columns = [f for f in schema if f.name != KEY_COLUMN]
     if KEY_COLUMN in schema.names and not pa.types.is_string(schema.field(KEY_COLUMN).type):
-        raise ValueError(f"'schema' column {KEY_COLUMN!r} must be a string column (got {schema.field(KEY_COLUMN).type})")
+        raise ValueError(f"'schema' column {KEY_COLUMN!r} must be a string column (got "
+                         f"{schema.field(KEY_COLUMN).type})")
     if not columns:
         raise ValueError("'schema' must have at least one column besides '__key__' (got none)")
     return pa.schema([pa.field(KEY_COLUMN, pa.string(), nullable=False), *columns])
@@ -79,10 +80,9 @@ class ParquetOptions:
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
-        check_positive_int("row_group_bytes", self.row_group_bytes)
+        check_int("row_group_bytes", self.row_group_bytes, minimum=1, error=ValueError)
         if self.compression not in COMPRESSIONS:
-            got = f"{self.compression!r} that is a {type(self.compression).__name__}"
-            raise ValueError(f"'compression' must be one of {COMPRESSIONS} (got {got})")
+            raise invalid("compression", f"one of {COMPRESSIONS}", self.compression, ValueError)
         if self.compression != "none" and not pa.Codec.is_available(self.compression):
             raise ValueError(f"'compression' {self.compression!r} is not available in this pyarrow build")
 
@@ -111,7 +111,8 @@ class _RowBuffer:
         for field in self.schema:
             if not field.nullable and table.column(field.name).null_count:
                 key = self.columns[KEY_COLUMN][self.columns[field.name].index(None)]
-                raise TypeError(f"{shard}: sample {key!r} column {field.name!r} is null or missing; the schema declares it not null")
+                raise TypeError(f"{shard}: sample {key!r} column {field.name!r} is null or missing; the schema "
+                                "declares it not null")
         return table
 
     def _locate_bad_value(self, shard: str, err: Exception) -> TypeError:
@@ -123,7 +124,8 @@ class _RowBuffer:
                     pa.array([value], type=field.type)
                 except _CONVERSION_ERRORS:
                     key, shown = self.columns[KEY_COLUMN][i], repr(value)[:80]
-                    return TypeError(f"{shard}: sample {key!r} column {field.name!r}: {shown} does not fit {field.type}")
+                    return TypeError(f"{shard}: sample {key!r} column {field.name!r}: {shown} does not fit "
+                                     f"{field.type}")
         return TypeError(f"{shard}: rows do not fit the schema: {err}")
 
 
@@ -181,15 +183,21 @@ class ParquetShardWriter(WriterLifecycle):
         """Every shard completed so far, in order."""
         return tuple(self._done)
 
-    def write(self, record: CleanRecord) -> list[ShardInfo]:
+    def write(self, record: CleanRecord | EncodedSample) -> list[ShardInfo]:
         """Add one row; returns the shard this call completed, if any (already renamed)."""
         if self._is_finished:
             raise ValueError("write() on a ParquetShardWriter that was closed or aborted")
+        if not isinstance(record, CleanRecord):
+            raise TypeError(f"sample {record.key!r}: Parquet shards take CleanRecord rows (got a "
+                            f"{type(record).__name__}, "
+                            "a sample encoded for tar shards)")
         unknown = record.fields.keys() - self._columns
         if unknown:
-            raise ValueError(f"sample {record.key!r}: columns {sorted(unknown)} are not in the schema {sorted(self._columns)}")
+            raise ValueError(f"sample {record.key!r}: columns {sorted(unknown)} are not in the schema "
+                             f"{sorted(self._columns)}")
         if not isinstance(record.key, str) or not record.key:
-            raise ValueError(f"sample key must be a non-empty str (got {record.key!r} that is a {type(record.key).__name__})")
+            raise ValueError(f"sample key must be a non-empty str (got {record.key!r} that is a "
+                             f"{type(record.key).__name__})")
         nbytes = estimate_bytes(record.key) + sum(estimate_bytes(v) for v in record.fields.values())
         closed: list[ShardInfo] = []
         shard = self._open
@@ -262,7 +270,8 @@ class ParquetShardWriter(WriterLifecycle):
         shard.fileobj.close()
         commit_tmp(shard.tmp, shard.final)
         fields = tuple(n for n in self._schema.names if n != KEY_COLUMN)
-        return ShardInfo(shard.name, shard.num_samples, shard.final.stat().st_size, sha256_file(shard.final), None, fields)
+        return ShardInfo(name=shard.name, num_samples=shard.num_samples, bytes=shard.final.stat().st_size,
+                         sha256=sha256_file(shard.final), index=None, fields=fields)
 
     def _guarded(self, step: Callable[[], _T]) -> _T:
         """Run a step that touches the open shard; on failure abort it (its file is unusable) and re-raise."""

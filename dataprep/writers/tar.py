@@ -20,7 +20,7 @@ from typing import BinaryIO, Final
 from dataprep.fsutil import commit_tmp, start_writeback, tmp_path_for
 from dataprep.index import SampleEntry, ShardIndex, index_path_for, split_member_name, write_index
 from dataprep.manifest import ShardInfo
-from dataprep.records import CleanRecord
+from dataprep.records import CleanRecord, EncodedSample
 from dataprep.writers.base import (
     DEFAULT_MAX_SHARD_BYTES,
     ShardLimits,
@@ -79,7 +79,8 @@ def _check_key(key: object) -> str:
         raise ValueError(f"sample key must be a non-empty str (got {key!r} that is a {type(key).__name__})")
     parts = key.split("/")
     if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "." in parts[-1]:
-        raise ValueError(f"sample key {key!r} is not shard-safe (no leading '/', empty, '.' or '..' parts, or '.' in its last part)")
+        raise ValueError(f"sample key {key!r} is not shard-safe (no leading '/', empty, '.' or '..' parts, or '.' in "
+                         "its last part)")
     try:
         key.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -97,24 +98,12 @@ def _encode_sample(record: CleanRecord) -> list[tuple[str, bytes, bytes]]:
         data = record.fields[name]
         if not isinstance(data, bytes):
             raise TypeError(f"sample {key!r} field {name!r}: tar shards take bytes (got a {type(data).__name__})")
-        if not isinstance(name, str) or not name or name.startswith("_") or split_member_name(f"{key}.{name}") != (key, name):
-            raise ValueError(f"sample {key!r}: field name {name!r} must be a non-empty str without '/' or a leading '_'")
+        if not isinstance(name,
+                          str) or not name or name.startswith("_") or split_member_name(f"{key}.{name}") != (key, name):
+            raise ValueError(f"sample {key!r}: field name {name!r} must be a non-empty str without '/' or a leading "
+                             "'_'")
         members.append((name, _member_header(f"{key}.{name}", len(data)), data))
     return members
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedSample:
-    """One sample serialised as tar members, ready to append: built in a worker process.
-
-    blob: header(s), data and padding of every field, in sorted field order.
-    fields: field -> (offset of its data within ``blob``, data size in bytes).
-    """
-
-    key: str
-    source: str
-    blob: bytes
-    fields: dict[str, tuple[int, int]]
 
 
 def encode_sample(record: CleanRecord) -> EncodedSample:
@@ -156,7 +145,8 @@ class _OpenShard:
     def add(self, sample: EncodedSample) -> None:
         """Append one sample's members and record where each field's data landed."""
         if sample.key in self.keys:
-            raise ValueError(f"{self.name}: sample key {sample.key!r} written twice; keys must be unique within a shard")
+            raise ValueError(f"{self.name}: sample key {sample.key!r} written twice; keys must be unique within a "
+                             "shard")
         start = self.position
         self.put(sample.blob)
         self.keys.add(sample.key)
@@ -173,7 +163,8 @@ class _OpenShard:
         index = ShardIndex.from_entries(self.name, self.position, self.entries)
         index_path = index_path_for(self.final)
         write_index(index_path, index)
-        return ShardInfo(self.name, len(self.entries), self.position, self.digest.hexdigest(), index_path.name, index.fields)
+        return ShardInfo(name=self.name, num_samples=len(self.entries), bytes=self.position,
+                         sha256=self.digest.hexdigest(), index=index_path.name, fields=index.fields)
 
 
 class TarShardWriter(WriterLifecycle):
@@ -215,7 +206,8 @@ class TarShardWriter(WriterLifecycle):
         closed: list[ShardInfo] = []
         shard = self._open
         # A shard's size when closed includes the end-of-archive blocks.
-        if shard is not None and self._limits.is_overflow(shard.position + _END_BYTES, len(shard.entries), len(sample.blob)):
+        if shard is not None and self._limits.is_overflow(shard.position + _END_BYTES, len(shard.entries),
+                                                          len(sample.blob)):
             closed.append(self._finish_open())
         shard = self._open or self._start_shard()
         try:

@@ -38,7 +38,8 @@ def test_webdataset_shards_get_indexes_and_a_manifest_that_verifies(tmp_path: Pa
     assert [s.num_samples for s in manifest.shards] == [5, 4]
     assert manifest.shards[0].fields == ("cls", "jpg")
     assert manifest.totals == Totals(9, 9, 0, {})
-    assert (manifest.format, manifest.layout, manifest.rejects, manifest.label_map) == (FORMAT_WDS, "adopted", None, None)
+    assert (manifest.format, manifest.layout, manifest.rejects,
+            manifest.label_map) == (FORMAT_WDS, "adopted", None, None)
     assert read_manifest(tmp_path) == manifest
     assert {p.name: sha256_file(p) for p in tmp_path.glob("*.tar")} == hashes  # tars untouched
     assert read_index(tmp_path / "b-1.tar.idx").keys() == ["img0005", "img0006", "img0007", "img0008"]
@@ -93,14 +94,12 @@ def test_existing_manifest_of_another_layout_is_not_overwritten(tmp_path: Path) 
 def test_an_unfinished_shard_run_is_not_adopted(tmp_path: Path, capsys) -> None:
     """`dataprep index` over an OUT that `dataprep shard` has not finished (here stopped by its reject
     budget, shards written, no manifest) refuses, writes nothing, and the shard run still finishes."""
-    from PIL import Image
-
     from dataprep.cli import main
+    from tests.dataprep.helpers import image_file
 
     raw, out = tmp_path / "raw", tmp_path / "out"
     for i in range(6):
-        (raw / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (40, 40), (i * 40, 90, 20)).save(raw / f"c{i % 2}" / f"{i}.jpg")
+        image_file(raw / f"c{i % 2}" / f"{i}.jpg", (40, 40), (i * 40, 90, 20), quality=-1)
     (raw / "c0" / "broken.jpg").write_bytes(b"not a jpeg")
     shard = ["shard", str(raw), str(out), "--workers", "1", "--samples-per-shard", "2"]
     assert main([*shard, "--max-reject-fraction", "0"]) == 1

@@ -11,20 +11,13 @@ from hypothesis import HealthCheck, given, settings
 
 from dataprep.errors import UsageError
 from dataprep.sources import Layout, LayoutChoice, choose_layout, detect_layout
+from tests.dataprep.helpers import files_at
 from tests.dataprep.strategies import make_tree, raw_trees
 
 
-def _files(root: Path, *rels: str) -> Path:
-    for rel in rels:
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
-    return root
-
-
 def test_image_folder_with_stray_files_says_what_is_rejected(tmp_path):
-    raw = _files(tmp_path, "cat/1.jpg", "cat/2.JPG", "cat/2.txt", "dog/1.png", "bird/1.webp",
-                 "README.md", "LICENSE", ".DS_Store", "cat/.DS_Store", "dog/Thumbs.db")
+    raw = files_at(tmp_path, "cat/1.jpg", "cat/2.JPG", "cat/2.txt", "dog/1.png", "bird/1.webp",
+                 "README.md", "LICENSE", ".DS_Store", "cat/.DS_Store", "dog/Thumbs.db", data=b"x")
     choice = choose_layout(raw, None)
     assert choice == LayoutChoice(Layout.IMAGE_FOLDER, choice.reason)
     assert choice.reason.startswith("image-folder: 3 class folders with 4 images; 5 stray files (")
@@ -33,33 +26,34 @@ def test_image_folder_with_stray_files_says_what_is_rejected(tmp_path):
 
 
 def test_labels_csv_at_the_root_of_an_image_folder_is_a_stray(tmp_path):
-    raw = _files(tmp_path, "cat/1.jpg", "cat/2.jpg", "dog/1.jpg", "labels.csv")
+    raw = files_at(tmp_path, "cat/1.jpg", "cat/2.jpg", "dog/1.jpg", "labels.csv", data=b"x")
     choice = choose_layout(raw, None)
     assert choice.layout is Layout.IMAGE_FOLDER and "labels.csv" in choice.reason
 
 
 def test_grouped_when_images_are_not_one_folder_deep(tmp_path):
-    raw = _files(tmp_path, "a/b/0001.jpg", "a/b/0001.json", "a/b/0001.seg.png", "README")
+    raw = files_at(tmp_path, "a/b/0001.jpg", "a/b/0001.json", "a/b/0001.seg.png", "README", data=b"x")
     choice = choose_layout(raw, None)
     assert choice.layout is Layout.GROUPED
     assert "first dot" in choice.reason and "README" in choice.reason
-    flat = _files(tmp_path / "flat", "0001.jpg", "0001.cls", "0002.jpg")
+    flat = files_at(tmp_path / "flat", "0001.jpg", "0001.cls", "0002.jpg", data=b"x")
     assert choose_layout(flat, None).layout is Layout.GROUPED
 
 
 def test_tables_and_text(tmp_path):
-    tables = _files(tmp_path / "tables", "a.csv", "b.TSV", "c.jsonl", "README.md", "LICENSE")
+    tables = files_at(tmp_path / "tables", "a.csv", "b.TSV", "c.jsonl", "README.md", "LICENSE", data=b"x")
     choice = choose_layout(tables, None)
     assert choice.layout is Layout.TABLE
-    assert choice.reason == "table: 3 table files (.csv, .jsonl, .tsv); 2 stray files (LICENSE, README.md) will be rejected"
-    text = _files(tmp_path / "text", "a.txt", "b.md", "sub/c.TXT")
+    assert choice.reason == ("table: 3 table files (.csv, .jsonl, .tsv); 2 stray files (LICENSE, README.md) "
+                             "will be rejected")
+    text = files_at(tmp_path / "text", "a.txt", "b.md", "sub/c.TXT", data=b"x")
     assert choose_layout(text, None) == LayoutChoice(Layout.TEXT, "text: 3 text files (.md, .txt)")
-    assert choose_layout(_files(tmp_path / "docs", "README.md"), None).layout is Layout.TEXT
+    assert choose_layout(files_at(tmp_path / "docs", "README.md", data=b"x"), None).layout is Layout.TEXT
 
 
 def test_a_tsv_directory_is_a_table(tmp_path):
     """Issue 12 item 8: a .tsv was not detected as a table."""
-    assert detect_layout(_files(tmp_path, "part-0.tsv", "part-1.tsv")) is Layout.TABLE
+    assert detect_layout(files_at(tmp_path, "part-0.tsv", "part-1.tsv", data=b"x")) is Layout.TABLE
 
 
 @pytest.mark.parametrize(("rels", "options"), [
@@ -71,7 +65,7 @@ def test_a_tsv_directory_is_a_table(tmp_path):
     (("cat/1.jpg", "a.csv", "b.csv"), ("--layout table", "--layout image-folder", "--layout grouped")),
 ])
 def test_ambiguous_trees_are_refused_naming_the_layouts(tmp_path, rels, options):
-    raw = _files(tmp_path, *rels)
+    raw = files_at(tmp_path, *rels, data=b"x")
     with pytest.raises(UsageError) as err:
         choose_layout(raw, None)
     for option in options:
@@ -81,20 +75,21 @@ def test_ambiguous_trees_are_refused_naming_the_layouts(tmp_path, rels, options)
 
 def test_nothing_to_shard_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"no images, tables or text .*a\.wav"):
-        choose_layout(_files(tmp_path / "audio", "a.wav", "b.wav"), None)
+        choose_layout(files_at(tmp_path / "audio", "a.wav", "b.wav", data=b"x"), None)
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no files found"):
         choose_layout(tmp_path / "empty", None)
     with pytest.raises(UsageError, match=r"no images, tables or text .*\.DS_Store"):
-        choose_layout(_files(tmp_path / "hidden", ".DS_Store"), None)
+        choose_layout(files_at(tmp_path / "hidden", ".DS_Store", data=b"x"), None)
     with pytest.raises(UsageError, match="no such file or directory"):
         choose_layout(tmp_path / "missing", None)
 
 
-@pytest.mark.parametrize(("name", "layout"), [("t.csv", Layout.TABLE), ("t.TSV", Layout.TABLE), ("t.parquet", Layout.TABLE),
-                                               ("t.ndjson", Layout.TABLE), ("a.txt", Layout.TEXT), ("a.md", Layout.TEXT)])
+@pytest.mark.parametrize(("name", "layout"), [("t.csv", Layout.TABLE), ("t.TSV", Layout.TABLE),
+                                              ("t.parquet", Layout.TABLE), ("t.ndjson", Layout.TABLE),
+                                              ("a.txt", Layout.TEXT), ("a.md", Layout.TEXT)])
 def test_single_file(tmp_path, name, layout):
-    choice = choose_layout(_files(tmp_path, name) / name, None)
+    choice = choose_layout(files_at(tmp_path, name, data=b"x") / name, None)
     assert choice.layout is layout and name.rpartition(".")[2].lower() in choice.reason
 
 
@@ -102,13 +97,13 @@ def test_single_file(tmp_path, name, layout):
 def test_a_single_image_is_refused(tmp_path, name):
     """Issue 12 item 8: a RAW that is one .jpg was treated as text."""
     with pytest.raises(UsageError, match="single image"):
-        detect_layout(_files(tmp_path, name) / name)
+        detect_layout(files_at(tmp_path, name, data=b"x") / name)
     with pytest.raises(UsageError, match="single image"):
         choose_layout(tmp_path / name, Layout.TEXT)
 
 
 def test_a_single_file_of_unknown_kind_names_the_layout_to_pass(tmp_path):
-    path = _files(tmp_path, "server.log") / "server.log"
+    path = files_at(tmp_path, "server.log", data=b"x") / "server.log"
     with pytest.raises(UsageError, match="--layout text"):
         choose_layout(path, None)
     assert choose_layout(path, Layout.TEXT) == LayoutChoice(Layout.TEXT, "text: as requested (--layout text)")
@@ -119,7 +114,7 @@ def test_a_single_file_of_unknown_kind_names_the_layout_to_pass(tmp_path):
 
 
 def test_requested_layout_is_checked_and_described(tmp_path):
-    raw = _files(tmp_path, "cat/1.jpg", "dog/2.jpg", "logo.png")
+    raw = files_at(tmp_path, "cat/1.jpg", "dog/2.jpg", "logo.png", data=b"x")
     choice = choose_layout(raw, Layout.IMAGE_FOLDER)
     assert choice.layout is Layout.IMAGE_FOLDER
     assert choice.reason.startswith("image-folder (as requested with --layout): 2 class folders with 2 images")
@@ -133,11 +128,11 @@ def test_requested_layout_is_checked_and_described(tmp_path):
         "all will be rejected"
     )
     assert "no text files" in choose_layout(raw, Layout.TEXT).reason
-    assert "no images" in choose_layout(_files(tmp_path / "t", "a.csv"), Layout.IMAGE_FOLDER).reason
+    assert "no images" in choose_layout(files_at(tmp_path / "t", "a.csv", data=b"x"), Layout.IMAGE_FOLDER).reason
 
 
 def test_reason_is_utf8_even_for_undecodable_names(tmp_path):
-    raw = _files(tmp_path, "cat/1.jpg")
+    raw = files_at(tmp_path, "cat/1.jpg", data=b"x")
     with open(os.fsencode(raw) + b"/notes \xff.bin", "wb") as f:
         f.write(b"x")
     choice = choose_layout(raw, None)
@@ -146,7 +141,7 @@ def test_reason_is_utf8_even_for_undecodable_names(tmp_path):
 
 
 def test_follow_symlinks_is_used_for_detection(tmp_path):
-    outside = _files(tmp_path / "outside", "cat/1.jpg", "dog/1.jpg")
+    outside = files_at(tmp_path / "outside", "cat/1.jpg", "dog/1.jpg", data=b"x")
     raw = tmp_path / "raw"
     raw.mkdir()
     os.symlink(outside / "cat", raw / "cat")

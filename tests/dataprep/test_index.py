@@ -25,12 +25,14 @@ def test_split_member_name_follows_webdataset():
 
 
 def test_index_points_at_field_bytes_and_round_trips(tmp_path):
-    members = [("a.jpg", b"A" * 1000), ("a.cls", b"1"), ("b.jpg", b"B" * 10), ("c.txt", b"only text"), ("x" * 150 + ".cls", b"2")]
+    members = [("a.jpg", b"A" * 1000), ("a.cls", b"1"), ("b.jpg", b"B" * 10), ("c.txt", b"only text"),
+               ("x" * 150 + ".cls", b"2")]
     _tar(tmp_path / "s.tar", members)
     index = index_tar(tmp_path / "s.tar")
     data = (tmp_path / "s.tar").read_bytes()
     assert index.keys() == ["a", "b", "c", "x" * 150]
-    for key, (field, payload) in [("a", ("jpg", b"A" * 1000)), ("c", ("txt", b"only text")), ("x" * 150, ("cls", b"2"))]:
+    for key, (field,
+              payload) in [("a", ("jpg", b"A" * 1000)), ("c", ("txt", b"only text")), ("x" * 150, ("cls", b"2"))]:
         off, size = index.sample_fields(index.keys().index(key))[field]
         assert data[off : off + size] == payload
     write_index(tmp_path / "s.tar.idx", index)

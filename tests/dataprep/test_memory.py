@@ -1,6 +1,6 @@
 """Peak memory of `dataprep shard` does not grow with the rows and lines of tables and text
 (issue 12, item 9): keys are unique by construction and duplicates are looked up in an
-on-disk set, so nothing is kept per row. The image case is in test_pipeline.py."""
+on-disk set, so nothing is kept per row. The image case is in engines/test_local.py."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_peak_memory_does_not_grow_with_rows(tmp_path, make, options):
     """4x the rows (300k more: ~33 MB with ~110 bytes kept per row, as before) must not raise
     the peak RSS by more than a few MiB.
 
-    Can fail: with every cleaned record kept in a list (``_Run._consume`` appending to a
+    Can fail: with every cleaned record kept in a list (``WriteLoop._consume`` appending to a
     global, tried by hand) the text case grew by far more than the bound, as did the
     previous measurement's blind spot (ru_maxrss, which reported pytest's peak for both)."""
     small = _peak_rss_kib(make(tmp_path / "small", 100_000), tmp_path / "out-small", *options)

@@ -6,36 +6,28 @@ import os
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from dataprep.cli import main
 from dataprep.manifest import read_manifest
-
-
-def shard_cli(*args: object) -> int:
-    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
+from tests.dataprep.helpers import REPO, files_of, image_file, shard_cli
+from tests.samples import wait_until
 
 
 def _small_tree(raw: Path, n: int = 4) -> Path:
     for i in range(n):
-        (raw / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (40, 40), (i * 40, 90, 200 - i * 30)).save(raw / f"c{i % 2}" / f"{i}.jpg")
+        image_file(raw / f"c{i % 2}" / f"{i}.jpg", (40, 40), (i * 40, 90, 200 - i * 30), quality=-1)
     return raw
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_raw_inside_out_is_a_usage_error_and_nothing_is_removed(tmp_path, capsys):
     data = tmp_path / "data"
     raw = _small_tree(data / "raw")
-    before = _files(data)
+    before = files_of(data)
     assert shard_cli(raw, data, "--workers", "1", "--overwrite") == 2
     assert "RAW" in capsys.readouterr().err
-    assert _files(data) == before
+    assert files_of(data) == before
     assert shard_cli(raw, raw, "--workers", "1", "--overwrite") == 2  # the same folder
-    assert _files(data) == before
+    assert files_of(data) == before
 
 
 def test_overwrite_refuses_a_folder_dataprep_did_not_write(tmp_path, capsys):
@@ -45,11 +37,11 @@ def test_overwrite_refuses_a_folder_dataprep_did_not_write(tmp_path, capsys):
     (out / "notes.txt").write_text("my notes")
     (out / "sub").mkdir()
     (out / "sub" / "x.bin").write_bytes(b"123")
-    before = _files(out)
+    before = files_of(out)
     assert shard_cli(raw, out, "--workers", "1", "--overwrite") == 2
     err = capsys.readouterr().err
     assert "notes.txt" in err and "did not write" in err
-    assert _files(out) == before
+    assert files_of(out) == before
 
 
 def test_overwrite_removes_only_what_dataprep_wrote(tmp_path, capsys):
@@ -64,7 +56,8 @@ def test_overwrite_removes_only_what_dataprep_wrote(tmp_path, capsys):
     assert shard_cli(raw, out, "--workers", "1", "--samples-per-shard", "2", "--overwrite") == 0
     manifest = read_manifest(out)
     assert len(manifest.shards) == 2
-    expected = {s.name for s in manifest.shards} | {s.index for s in manifest.shards} | {"manifest.json", "rejects.jsonl"}
+    expected = ({s.name for s in manifest.shards} | {s.index for s in manifest.shards}
+                | {"manifest.json", "rejects.jsonl"})
     assert {p.name for p in out.iterdir()} == expected
 
 
@@ -77,10 +70,10 @@ def test_overwrite_refuses_adopted_shards(tmp_path, capsys):
     for shard in read_manifest(made).shards:
         (adopted / shard.name).write_bytes((made / shard.name).read_bytes())
     assert main(["index", os.fspath(adopted)]) == 0
-    before = _files(adopted)
+    before = files_of(adopted)
     assert shard_cli(raw, adopted, "--workers", "1", "--overwrite") == 2
     assert "adopted" in capsys.readouterr().err
-    assert _files(adopted) == before
+    assert files_of(adopted) == before
 
 
 @pytest.mark.parametrize("stray", ["README", ".hidden"])
@@ -118,23 +111,29 @@ def test_a_refusal_names_the_options_as_the_user_typed_them(tmp_path, capsys, ch
 
 def test_a_second_run_into_an_out_in_use_is_refused_at_once(tmp_path, capsys):
     """While a run holds OUT (here a process paused inside it: SIGSTOP), a second run exits 2 naming its pid,
-    touches nothing, and once the first is gone the same command works."""
+    touches nothing, and once the first is gone the same command works. "At once": it returns while the
+    holder is still stopped, so it never waited for the lock (a liveness check, not a bound on time)."""
     import signal
     import subprocess
     import sys
-    import time
+    import threading
 
     raw, out = _small_tree(tmp_path / "raw"), tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
                                "from dataprep.outdir import OutputLock\n"
-                               "with OutputLock(Path(sys.argv[1])):\n    print('locked', flush=True)\n    time.sleep(60)\n",
-                               os.fspath(out)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+                               "with OutputLock(Path(sys.argv[1])):\n    print('locked', flush=True)\n"
+                               "    time.sleep(60)\n",
+                               os.fspath(out)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         holder.send_signal(signal.SIGSTOP)
-        started = time.monotonic()
-        assert shard_cli(raw, out, "--workers", "1") == 2
-        assert time.monotonic() - started < 10
+        codes: list[int] = []
+        second = threading.Thread(target=lambda: codes.append(shard_cli(raw, out, "--workers", "1")))
+        second.start()
+        assert wait_until(lambda: not second.is_alive(), timeout_s=120), "the second run waits for the lock"
+        state = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T", state  # the holder is still stopped: the lock was never released
+        assert codes == [2]
         err = capsys.readouterr().err
         assert f"in use by another dataprep run (pid {holder.pid})" in err, err
         assert list(out.iterdir()) == []
@@ -159,7 +158,8 @@ def test_a_recorded_shard_that_is_gone_is_named_never_already_complete(tmp_path,
     capsys.readouterr()
     assert shard_cli(raw, out, *args, *stop) == 2
     err = capsys.readouterr().err
-    assert shard.name in err and ("is missing" if damage == "deleted" else "has 512 bytes") in err and "--overwrite" in err
+    assert shard.name in err and "--overwrite" in err
+    assert ("is missing" if damage == "deleted" else "has 512 bytes") in err
     assert shard_cli(raw, out, *args, "--overwrite") == 0
     assert main(["verify", os.fspath(out)]) == 0
 

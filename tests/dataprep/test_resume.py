@@ -15,63 +15,51 @@ import sys
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from dataprep import pipeline
+from dataprep import run_modes, shard
 from dataprep.cli import main
 from dataprep.manifest import read_manifest
+from tests.dataprep.helpers import REPO, STATE_DIR, assert_same_output, image_file, shard_cli
 
 
 class _Killed(BaseException):
     """Stands for a kill: nothing catches it, so OUT is left as the stopped process left it."""
 
 
-def shard_cli(*args: object) -> int:
-    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def _same_output(a: Path, b: Path) -> None:
-    fa, fb = _files(a), _files(b)
-    assert sorted(fa) == sorted(fb)
-    for name in fa:
-        if name == "manifest.json":  # the command line may differ
-            ma, mb = json.loads(fa[name]), json.loads(fb[name])
-            ma.pop("command"), mb.pop("command")
-            assert ma == mb
-        else:
-            assert fa[name] == fb[name], name
-    assert b"\0" not in fb.get("rejects.jsonl", b"")
+    """The same files, byte for byte (the manifest but for its command line), no state folder, no NUL byte."""
+    assert not (a / STATE_DIR).exists() and not (b / STATE_DIR).exists()
+    assert_same_output(b, a, drop_manifest_keys=("command",))
+    assert b"\0" not in ((b / "rejects.jsonl").read_bytes() if (b / "rejects.jsonl").exists() else b"")
 
 
 def _stop_after_checkpoint(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
-    real = pipeline.save_checkpoint
+    """Stop right after the n-th checkpoint is saved (the plan's first, then the write loop's)."""
+    real = shard.save_checkpoint
     calls = {"n": 0}
 
-    def save_then_stop(out: Path, checkpoint: object) -> None:
-        real(out, checkpoint)
+    def save_then_stop(store: object, checkpoint: object) -> None:
+        real(store, checkpoint)
         calls["n"] += 1
         if calls["n"] == n:
             raise _Killed
 
-    monkeypatch.setattr(pipeline, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(shard, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(run_modes, "save_checkpoint", save_then_stop)
 
 
 def _stop_before_manifest(monkeypatch: pytest.MonkeyPatch) -> None:
     def stop(*args: object) -> None:
         raise _Killed
 
-    monkeypatch.setattr(pipeline, "write_manifest", stop)
+    monkeypatch.setattr(shard, "publish_manifest", stop)
 
 
 def test_kill_after_the_manifest_leaves_a_finished_output(tmp_path, monkeypatch, capsys):
     raw = _images(tmp_path / "raw", 6)
     out, clean = tmp_path / "out", tmp_path / "clean"
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "finish", lambda out: (_ for _ in ()).throw(_Killed()))
+        patch.setattr(shard, "finish", lambda out: (_ for _ in ()).throw(_Killed()))
         with pytest.raises(_Killed):
             shard_cli(raw, out, "--workers", "1")
     assert (out / ".dataprep").exists()
@@ -84,8 +72,7 @@ def test_kill_after_the_manifest_leaves_a_finished_output(tmp_path, monkeypatch,
 def _images(root: Path, n: int = 24) -> Path:
     for i in range(n):
         folder = root / f"class_{i % 3}"
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (48, 40), (i * 9 % 256, 255 - i * 7 % 256, i * 31 % 256)).save(folder / f"{i:03d}.jpg")
+        image_file(folder / f"{i:03d}.jpg", (48, 40), (i * 9 % 256, 255 - i * 7 % 256, i * 31 % 256), quality=-1)
     (root / "class_0" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
     return root
 
@@ -158,13 +145,13 @@ def test_resume_after_raw_changed_is_refused_naming_the_change(tmp_path, monkeyp
             shard_cli(raw, out, *args)
     victim = raw / "class_1" / "004.jpg"
     if change == "add":
-        Image.new("RGB", (50, 50), (1, 2, 3)).save(raw / "class_1" / "new.jpg")
+        image_file(raw / "class_1" / "new.jpg", (50, 50), (1, 2, 3), quality=-1)
         named = "added class_1/new.jpg"
     elif change == "remove":
         victim.unlink()
         named = "removed class_1/004.jpg"
     else:
-        Image.new("RGB", (60, 60), (1, 2, 3)).save(victim)
+        image_file(victim, (60, 60), (1, 2, 3), quality=-1)
         named = "changed class_1/004.jpg"
     capsys.readouterr()
     assert shard_cli(raw, out, *args) == 2
@@ -180,7 +167,7 @@ def test_finished_output_of_a_changed_raw_is_not_called_complete(tmp_path, capsy
     raw = _images(tmp_path / "raw", 6)
     out = tmp_path / "out"
     assert shard_cli(raw, out, "--workers", "1") == 0
-    Image.new("RGB", (50, 50), (1, 2, 3)).save(raw / "class_1" / "new.jpg")
+    image_file(raw / "class_1" / "new.jpg", (50, 50), (1, 2, 3), quality=-1)
     capsys.readouterr()
     assert shard_cli(raw, out, "--workers", "1") == 2
     assert "changed" in capsys.readouterr().err
@@ -204,9 +191,9 @@ def test_rerun_with_a_higher_reject_fraction_finishes_with_clean_rejects(tmp_pat
 
 _KILL_BEFORE_MANIFEST = """
 import os, signal, sys
-from dataprep import pipeline
+from dataprep import shard
 from dataprep.cli import main
-pipeline.write_manifest = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+shard.publish_manifest = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
 sys.exit(main(["shard", *sys.argv[1:]]))
 """
 
@@ -215,7 +202,7 @@ def test_kill_9_between_publishing_rejects_and_the_manifest(tmp_path):
     raw = _images(tmp_path / "raw", 12)
     out, clean = tmp_path / "out", tmp_path / "clean"
     args = [os.fspath(raw), os.fspath(out), "--workers", "2", "--samples-per-shard", "4"]
-    cwd = Path(__file__).resolve().parents[2]
+    cwd = REPO
     done = subprocess.run([sys.executable, "-c", _KILL_BEFORE_MANIFEST, *args], cwd=cwd, capture_output=True)
     assert done.returncode == -9, done.stderr
     assert (out / "rejects.jsonl").exists() and not (out / "manifest.json").exists()
@@ -226,15 +213,15 @@ def test_kill_9_between_publishing_rejects_and_the_manifest(tmp_path):
 
 _KILL_AT_CHECKPOINT = """
 import os, signal, sys
-from dataprep import pipeline
+from dataprep import run_modes, shard
 from dataprep.cli import main
-real, calls = pipeline.save_checkpoint, []
-def save_then_die(out, checkpoint):
-    real(out, checkpoint)
+real, calls = shard.save_checkpoint, []
+def save_then_die(store, checkpoint):
+    real(store, checkpoint)
     calls.append(1)
     if len(calls) == int(os.environ["KILL_AT"]):
         os.kill(os.getpid(), signal.SIGKILL)
-pipeline.save_checkpoint = save_then_die
+shard.save_checkpoint = run_modes.save_checkpoint = save_then_die
 sys.exit(main(["shard", *sys.argv[1:]]))
 """
 
@@ -246,7 +233,7 @@ def test_kill_9_with_worker_processes_resumes_to_identical_output(tmp_path, layo
     raw = make(tmp_path / "raw")
     out, clean = tmp_path / "out", tmp_path / "clean"
     args = [os.fspath(raw), os.fspath(out), "--workers", "2", *options]
-    cwd = Path(__file__).resolve().parents[2]
+    cwd = REPO
     done = subprocess.run([sys.executable, "-c", _KILL_AT_CHECKPOINT, *args], cwd=cwd, capture_output=True,
                           env={**os.environ, "KILL_AT": "3"}, timeout=60)
     assert done.returncode == -9, done.stderr

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from PIL import Image
 
 from dataprep.detection import field_problem
 from dataprep.errors import UsageError
 from dataprep.records import RawRecord, Reject
 from dataprep.sources import IMAGE_EXTENSIONS, KeyAssigner, Layout, detect_layout, media_records, safe_key, walk_files
+from tests.dataprep.helpers import image_file
 from tests.dataprep.strategies import make_tree, raw_trees
 
 SAFE = re.compile(r"^[^./][^./]*$")
 
 
-@pytest.mark.parametrize("stem", ["a/0001", "../x", ".hidden/y", "a.b.c/d.e", "sp ace/ü", "x" * 300, "bad\udcffname", ""])
+@pytest.mark.parametrize("stem", ["a/0001", "../x", ".hidden/y", "a.b.c/d.e", "sp ace/ü", "x" * 300, "bad\udcffname",
+                                  ""])
 def test_safe_key_is_webdataset_safe(stem):
     key = safe_key(stem)
     assert SAFE.match(key), key
@@ -42,15 +43,10 @@ def test_key_assigner_never_repeats_a_key_even_for_the_same_stem():
     assert all(SAFE.match(k) for k in assigned)
 
 
-def _touch_image(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (8, 8)).save(path, format="PNG")
-
-
 def test_detect_layouts(tmp_path):
-    _touch_image(tmp_path / "folder" / "cat" / "1.jpg")
+    image_file(tmp_path / "folder" / "cat" / "1.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     assert detect_layout(tmp_path / "folder") is Layout.IMAGE_FOLDER
-    _touch_image(tmp_path / "grouped" / "a" / "b" / "1.jpg")
+    image_file(tmp_path / "grouped" / "a" / "b" / "1.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     assert detect_layout(tmp_path / "grouped") is Layout.GROUPED
     (tmp_path / "tables").mkdir()
     (tmp_path / "tables" / "t.csv").write_text("a\n1\n")
@@ -71,10 +67,10 @@ def _records(raw, layout, **kw):
 
 
 def test_image_folder_groups_sidecars_and_splits_twin_images(tmp_path):
-    _touch_image(tmp_path / "cat" / "1.jpg")
+    image_file(tmp_path / "cat" / "1.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     (tmp_path / "cat" / "1.txt").write_text("a cat")
-    _touch_image(tmp_path / "cat" / "2.jpg")
-    _touch_image(tmp_path / "cat" / "2.png")
+    image_file(tmp_path / "cat" / "2.jpg", (8, 8), (0, 0, 0), fmt="PNG")
+    image_file(tmp_path / "cat" / "2.png", (8, 8), (0, 0, 0), fmt="PNG")
     records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER)
     assert [sorted(r.files) for r in records] == [["jpg", "txt"], ["jpg"], ["png"]]
     assert {r.label for r in records} == {"cat"}
@@ -85,17 +81,18 @@ def test_image_folder_groups_sidecars_and_splits_twin_images(tmp_path):
 def test_case_variants_of_one_name_are_three_samples_in_image_folder(tmp_path):
     """Issue 12 item 5: a.JPG, a.Jpg, a.jpg were 2 inputs seen and one lost."""
     for name in ("a.JPG", "a.Jpg", "a.jpg"):
-        _touch_image(tmp_path / "cat" / name)
+        image_file(tmp_path / "cat" / name, (8, 8), (0, 0, 0), fmt="PNG")
     records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER)
     assert not rejects
     assert sorted(r.source for r in records) == ["cat/a.JPG", "cat/a.Jpg", "cat/a.jpg"]
-    assert sorted(r.files["jpg"] for r in records) == sorted(os.fspath(tmp_path / "cat" / n) for n in ("a.JPG", "a.Jpg", "a.jpg"))
+    names = ("a.JPG", "a.Jpg", "a.jpg")
+    assert sorted(r.files["jpg"] for r in records) == sorted(os.fspath(tmp_path / "cat" / n) for n in names)
     assert len({r.key for r in records}) == 3
 
 
 def test_case_variants_in_grouped_layout_are_rejected_by_name(tmp_path):
     for name in ("a.JPG", "a.Jpg", "a.jpg", "a.txt", "a.TXT"):
-        _touch_image(tmp_path / "x" / "y" / name)
+        image_file(tmp_path / "x" / "y" / name, (8, 8), (0, 0, 0), fmt="PNG")
     records, rejects = _records(tmp_path, Layout.GROUPED)
     assert [(r.source, sorted(r.files)) for r in records] == [("x/y/a.JPG", ["jpg", "txt"])]
     assert records[0].files["txt"] == os.fspath(tmp_path / "x" / "y" / "a.TXT")  # first in byte order
@@ -108,14 +105,14 @@ def test_case_variants_in_grouped_layout_are_rejected_by_name(tmp_path):
 def test_odd_names_become_rejects_naming_the_file(tmp_path, layout):
     """Issue 12 item 4: these names reached the writer as fields '', '_meta', '\\udcff' and ended the run."""
     cat = tmp_path / "cat"
-    _touch_image(cat / "a.jpg")
-    _touch_image(cat / "b.jpg")
+    image_file(cat / "a.jpg", (8, 8), (0, 0, 0), fmt="PNG")
+    image_file(cat / "b.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     (cat / "a").write_text("no extension")
     (cat / "b._meta").write_text("reserved field")
     with open(os.fsencode(cat) + b"/a.\xff", "wb") as f:
         f.write(b"undecodable extension")
     (cat / ".DS_Store").write_bytes(b"\0")
-    _touch_image(cat / "a.b with spaces.jpg")
+    image_file(cat / "a.b with spaces.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     records, rejects = _records(tmp_path, layout)
     undecodable = os.fsdecode(b"cat/a.\xff")
     assert set(rejects) >= {"cat/a", "cat/b._meta", undecodable, "cat/.DS_Store"}
@@ -132,9 +129,9 @@ def test_odd_names_become_rejects_naming_the_file(tmp_path, layout):
 
 def test_stray_root_file_does_not_merge_same_stem_images(tmp_path):
     """Issue 12 item 6: a README at the root made the tree 'grouped'; photo.webp and photo.tiff became one sample."""
-    _touch_image(tmp_path / "cat" / "photo.webp")
-    _touch_image(tmp_path / "cat" / "photo.tiff")
-    _touch_image(tmp_path / "dog" / "1.jpg")
+    image_file(tmp_path / "cat" / "photo.webp", (8, 8), (0, 0, 0), fmt="PNG")
+    image_file(tmp_path / "cat" / "photo.tiff", (8, 8), (0, 0, 0), fmt="PNG")
+    image_file(tmp_path / "dog" / "1.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     (tmp_path / "README.md").write_text("about this dataset")
     (tmp_path / "LICENSE").write_text("CC-BY")
     layout = detect_layout(tmp_path)
@@ -147,7 +144,7 @@ def test_stray_root_file_does_not_merge_same_stem_images(tmp_path):
 
 def test_symlink_leaving_raw_is_a_reject(tmp_path):
     raw = tmp_path / "raw" / "cat"
-    _touch_image(tmp_path / "elsewhere.jpg")
+    image_file(tmp_path / "elsewhere.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     raw.mkdir(parents=True)
     os.symlink(tmp_path / "elsewhere.jpg", raw / "x.jpg")
     items = list(media_records(tmp_path / "raw", Layout.IMAGE_FOLDER))
@@ -159,8 +156,8 @@ def test_symlink_leaving_raw_is_a_reject(tmp_path):
 @pytest.mark.parametrize("follow_symlinks", [False, True])
 def test_a_link_to_a_class_folder_does_not_rename_the_class(tmp_path, follow_symlinks):
     """Issue 12 item 7: with --follow-symlinks, a_link -> zebra was walked first and zebra skipped as seen."""
-    _touch_image(tmp_path / "zebra" / "z1.jpg")
-    _touch_image(tmp_path / "zebra" / "z2.jpg")
+    image_file(tmp_path / "zebra" / "z1.jpg", (8, 8), (0, 0, 0), fmt="PNG")
+    image_file(tmp_path / "zebra" / "z2.jpg", (8, 8), (0, 0, 0), fmt="PNG")
     os.symlink("zebra", tmp_path / "a_link")
     records, rejects = _records(tmp_path, Layout.IMAGE_FOLDER, follow_symlinks=follow_symlinks)
     assert sorted((r.source, r.label) for r in records) == [("zebra/z1.jpg", "zebra"), ("zebra/z2.jpg", "zebra")]

@@ -69,11 +69,13 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> SyntheticReport:
 
 @pytest.fixture(scope="module")
 def plain_tree(tmp_path_factory: pytest.TempPathFactory) -> SyntheticReport:
-    return make_image_tree(tmp_path_factory.mktemp("plain") / "images", images=60, classes=3, seed=0, broken=False, sidecars=False)
+    return make_image_tree(tmp_path_factory.mktemp("plain") / "images", images=60, classes=3, seed=0, broken=False,
+                           sidecars=False)
 
 
 def plain_jpegs(report: SyntheticReport) -> list[Path]:
-    return [p for p in sorted(report.root.rglob("*.jpg")) if p.relative_to(report.root).as_posix() not in report.special]
+    return [p for p in sorted(report.root.rglob("*.jpg"))
+            if p.relative_to(report.root).as_posix() not in report.special]
 
 
 # ----------------------------------------------------------------------------- determinism and counts
@@ -140,7 +142,8 @@ def test_spectrum_check_rejects_white_noise() -> None:
 
 def test_classes_differ_by_colour(plain_tree: SyntheticReport) -> None:
     paths = plain_jpegs(plain_tree)
-    colours = np.array([np.asarray(load(p).convert("RGB").resize((32, 32)), np.float32).reshape(-1, 3).mean(0) for p in paths])
+    colours = np.array([np.asarray(load(p).convert("RGB").resize((32, 32)),
+                                   np.float32).reshape(-1, 3).mean(0) for p in paths])
     labels = np.array([int(p.parent.name.removeprefix("class_")) for p in paths])
     centroids = np.stack([colours[labels == k].mean(0) for k in range(3)])
     predicted = np.argmin(((colours[:, None] - centroids[None]) ** 2).sum(-1), axis=1)
@@ -190,7 +193,8 @@ def test_odd_and_undecodable_names_are_written(dataset: SyntheticReport) -> None
     assert b"\xff" in os.fsencode(names["undecodable_name"])
 
 
-def test_undecodable_name_falls_back_when_the_file_system_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_undecodable_name_falls_back_when_the_file_system_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     real_write_bytes = Path.write_bytes
 
     def refuse_non_utf8(self: Path, data: bytes) -> int:
@@ -208,8 +212,11 @@ def test_undecodable_name_falls_back_when_the_file_system_refuses(tmp_path: Path
 
 def test_sidecars_share_the_image_stem(dataset: SyntheticReport, tmp_path: Path) -> None:
     images = dataset.root / "images"
-    captions = [p for p in images.rglob("*.txt") if p.relative_to(images).with_suffix(".jpg").as_posix() not in dataset.broken]
-    metadata = [p for p in images.rglob("*.json") if p.relative_to(images).with_suffix(".jpg").as_posix() not in dataset.broken]
+    def of_valid_images(suffix: str) -> list[Path]:
+        return [p for p in images.rglob(f"*{suffix}")
+                if p.relative_to(images).with_suffix(".jpg").as_posix() not in dataset.broken]
+
+    captions, metadata = of_valid_images(".txt"), of_valid_images(".json")
     assert captions and metadata
     for path in captions:
         assert path.read_text(encoding="utf-8").strip()
@@ -318,7 +325,8 @@ def test_tables_hold_exactly_the_declared_bad_rows(dataset: SyntheticReport) -> 
     assert rows == dataset.table_rows == 400
     assert found == dataset.table_rejects
     for name in ("part-0.csv", "part-1.jsonl"):
-        assert {r for (n, _), r in found.items() if n == name} >= {"bad_row", "wrong_type", "missing_column", "invalid_utf8"}
+        assert {r for (n, _), r in found.items() if n == name} >= {"bad_row", "wrong_type", "missing_column",
+                                                                   "invalid_utf8"}
     assert list(found.values()).count("duplicate") == 1
 
 
@@ -366,7 +374,8 @@ def test_cli_writes_the_tree_and_prints_one_line(tmp_path: Path, capsys: pytest.
     printed = capsys.readouterr().out
     assert printed.count("\n") == 1 and "5 images in 2 classes" in printed
     assert sorted(p.name for p in out.iterdir()) == ["images"]
-    assert len([p for p in (out / "images").rglob("*") if p.is_file() and p.suffix not in SIDECAR_EXTS]) == 5 + len(BROKEN_KINDS)
+    written = [p for p in (out / "images").rglob("*") if p.is_file() and p.suffix not in SIDECAR_EXTS]
+    assert len(written) == 5 + len(BROKEN_KINDS)
 
 
 def test_cli_reports_usage_errors_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

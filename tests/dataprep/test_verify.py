@@ -20,7 +20,8 @@ def make_output(out: Path, *, rejected: int = 2) -> Manifest:
     shards: list[ShardInfo] = []
     with TarShardWriter(out, max_samples_per_shard=5) as writer:
         for i in range(12):
-            shards += writer.write(CleanRecord(f"s{i:03d}", f"raw/{i}.jpg", {"jpg": bytes([i]) * (700 + i), "cls": str(i % 2).encode()}))
+            shards += writer.write(CleanRecord(f"s{i:03d}", f"raw/{i}.jpg",
+                                               {"jpg": bytes([i]) * (700 + i), "cls": str(i % 2).encode()}))
         shards += writer.close()
     lines = [json.dumps({"source": f"bad{i}", "reason": "truncated", "detail": ""}) + "\n" for i in range(rejected)]
     (out / "rejects.jsonl").write_text("".join(lines))
@@ -159,7 +160,8 @@ def test_a_missing_or_edited_rejects_file_is_a_problem(tmp_path: Path) -> None:
                                          "(corrupt: 1 in the file, 0 in the manifest, truncated: 2 in the file, "
                                          "3 in the manifest)",)
     rejects.write_text("\n".join(["not json", *text.splitlines()[1:]]) + "\n")
-    assert verify(tmp_path).problems == ("rejects.jsonl: line 1 is not a reject record (JSON with a 'reason'): b'not json\\n'",)
+    assert verify(tmp_path).problems == ("rejects.jsonl: line 1 is not a reject record (JSON with a 'reason'): b'not "
+                                         "json\\n'",)
     rejects.unlink()
     problems = verify(tmp_path).problems
     assert len(problems) == 1 and "rejects.jsonl: missing" in problems[0] and "3 rejects" in problems[0]
@@ -173,4 +175,5 @@ def test_a_shard_file_the_manifest_does_not_name_is_a_problem(tmp_path: Path) ->
     assert verify(tmp_path).ok
     (tmp_path / "shard-000099.tar").write_bytes(first.read_bytes())
     problems = verify(tmp_path).problems
-    assert len(problems) == 1 and problems[0].startswith("shard-000099.tar: a shard file") and "does not name" in problems[0]
+    assert len(problems) == 1
+    assert problems[0].startswith("shard-000099.tar: a shard file") and "does not name" in problems[0]

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from dataprep.detection import first_dot_stem, last_dot_stem
 from dataprep.records import Reject
 from dataprep.walk import FileGroup, RawFile, group_files, walk_files
-
-
-def _files(root: Path, *rels: str) -> Path:
-    for rel in rels:
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(rel.encode())
-    return root
+from tests.dataprep.helpers import files_at
 
 
 def _summary(items):
@@ -24,21 +16,21 @@ def _summary(items):
 
 def test_order_is_the_order_of_path_components(tmp_path):
     """dataprep.listing merges two listings on this order: sorted names per directory, depth first."""
-    raw = _files(tmp_path, "b.jpg", "a/z.jpg", "a.b/x.jpg", "a-1.jpg", "a/b/c.jpg", "a/a.jpg")
+    raw = files_at(tmp_path, "b.jpg", "a/z.jpg", "a.b/x.jpg", "a-1.jpg", "a/b/c.jpg", "a/a.jpg")
     rels = [i.rel for i in walk_files(raw)]
     assert rels == sorted(rels, key=lambda r: [os.fsencode(p) for p in r.split("/")])
     assert rels == ["a/a.jpg", "a/b/c.jpg", "a/z.jpg", "a-1.jpg", "a.b/x.jpg", "b.jpg"]
 
 
 def test_special_files_are_rejected_not_skipped(tmp_path):
-    raw = _files(tmp_path, "cat/1.jpg")
+    raw = files_at(tmp_path, "cat/1.jpg")
     os.mkfifo(raw / "cat" / "pipe.jpg")
     assert _summary(walk_files(raw)) == [("cat/1.jpg", "file"), ("cat/pipe.jpg", "unsupported")]
 
 
 def test_links_to_directories(tmp_path):
-    raw = _files(tmp_path / "raw", "zebra/1.jpg")
-    outside = _files(tmp_path / "outside", "o/1.jpg")
+    raw = files_at(tmp_path / "raw", "zebra/1.jpg")
+    outside = files_at(tmp_path / "outside", "o/1.jpg")
     os.symlink(raw / "zebra", raw / "a_link")  # inside RAW: the real folder is walked, never the link
     os.symlink(raw, raw / "zebra" / "loop")  # a cycle
     os.symlink(outside / "o", raw / "b_out")
@@ -57,7 +49,7 @@ def test_links_to_directories(tmp_path):
 
 def test_groups_survive_subdirectories_sorted_between_their_files(tmp_path):
     # 'x.d' (a directory) sorts between x.jpg and x.txt: the two still form one group.
-    raw = _files(tmp_path, "x.jpg", "x.d/y.jpg", "x.txt", "x.seg.png", "w.jpg")
+    raw = files_at(tmp_path, "x.jpg", "x.d/y.jpg", "x.txt", "x.seg.png", "w.jpg")
     groups = [g for g in group_files(walk_files(raw), last_dot_stem) if isinstance(g, FileGroup)]
     assert sorted((g.rel_stem, [f.rel for f in g.files]) for g in groups) == [
         ("w", ["w.jpg"]), ("x", ["x.jpg", "x.txt"]), ("x.d/y", ["x.d/y.jpg"]), ("x.seg", ["x.seg.png"]),
@@ -70,7 +62,7 @@ def test_groups_survive_subdirectories_sorted_between_their_files(tmp_path):
 
 def test_groups_are_handed_on_before_the_directory_ends(tmp_path):
     """Memory holds a few open groups, not a directory's listing."""
-    raw = _files(tmp_path, *[f"d/{i:03d}.jpg" for i in range(50)])
+    raw = files_at(tmp_path, *[f"d/{i:03d}.jpg" for i in range(50)])
     walked: list[object] = []
 
     def counting():
@@ -88,10 +80,11 @@ def test_groups_are_handed_on_before_the_directory_ends(tmp_path):
 
 def test_a_link_to_a_file_inside_raw_never_takes_its_targets_place(tmp_path):
     """The link sorts first (cat < dog): read through it, it would win the duplicate check and relabel the dog."""
-    raw = _files(tmp_path / "raw", "dog/000.jpg")
+    raw = files_at(tmp_path / "raw", "dog/000.jpg")
     (raw / "cat").mkdir()
     os.symlink("../dog/000.jpg", raw / "cat" / "alias.jpg")
     for follow in (False, True):
-        assert _summary(walk_files(raw, follow_symlinks=follow)) == [("cat/alias.jpg", "duplicate"), ("dog/000.jpg", "file")]
+        assert _summary(walk_files(raw,
+                                   follow_symlinks=follow)) == [("cat/alias.jpg", "duplicate"), ("dog/000.jpg", "file")]
     detail = next(i.detail for i in walk_files(raw) if isinstance(i, Reject))
     assert "dog/000.jpg" in detail

@@ -16,13 +16,8 @@ from dataprep.clean import images
 from dataprep.clean.images import clean_image, target_size
 from dataprep.clean.options import ImageFormat, ImageOptions
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
-from tests.dataprep.clean.clean_samples import (
-    decoded,
-    encode,
-    jpeg_bytes,
-    photo,
-    png_header_only,
-)
+from tests.dataprep.helpers import decoded, jpeg_bytes, photo, png_header_only
+from tests.samples import encode
 
 MakeRecord = Callable[..., RawRecord]
 SMALL = ImageOptions(min_side=1)
@@ -109,7 +104,8 @@ def test_empty_file(record: MakeRecord) -> None:
 
 
 def test_text_named_jpg_is_not_an_image(record: MakeRecord) -> None:
-    result = rejected(clean_image(record({"jpg": b"hello, I am text\n" * 10}), ImageOptions(), None), RejectReason.NOT_AN_IMAGE)
+    result = rejected(clean_image(record({"jpg": b"hello, I am text\n" * 10}), ImageOptions(), None),
+                      RejectReason.NOT_AN_IMAGE)
     assert "68 65 6c 6c" in result.detail  # names the bytes it found
 
 
@@ -130,7 +126,8 @@ def test_damaged_jpeg_scan_that_pillow_accepts_is_corrupt(record: MakeRecord, da
     data = jpeg_bytes(seed=1)
     mid = scan_middle(data)
     if damage == "random":
-        broken = data[:mid] + np.random.default_rng(0).integers(0, 256, 200, dtype=np.uint8).tobytes() + data[mid + 200 :]
+        broken = data[:mid] + np.random.default_rng(0).integers(0, 256, 200,
+                                                                dtype=np.uint8).tobytes() + data[mid + 200 :]
     elif damage == "zeros":
         broken = data[:mid] + bytes(300) + data[mid + 300 :]
     else:
@@ -258,7 +255,8 @@ def test_exif_orientation_6_turns_the_image_and_drops_exif(record: MakeRecord, j
     [(ImageOptions(min_side=1, resize_short=40), (60, 40)), (ImageOptions(min_side=1, max_side=60), (60, 40)),
      (ImageOptions(min_side=1, resize_short=500), (120, 80)), (ImageOptions(min_side=1, max_side=500), (120, 80))],
 )
-def test_resize_only_downscales(record: MakeRecord, jpeg_decoder: str, opts: ImageOptions, size: tuple[int, int]) -> None:
+def test_resize_only_downscales(record: MakeRecord, jpeg_decoder: str, opts: ImageOptions,
+                                size: tuple[int, int]) -> None:
     data = jpeg_bytes(120, 80)
     result = kept(clean_image(record({"jpg": data}), opts, None))
     assert decoded(result.fields["jpg"]).size == size
@@ -267,7 +265,8 @@ def test_resize_only_downscales(record: MakeRecord, jpeg_decoder: str, opts: Ima
 
 def test_resize_after_orientation(record: MakeRecord, jpeg_decoder: str) -> None:
     data = with_orientation(Image.fromarray(photo(120, 80)), "JPEG", 6)
-    out = decoded(kept(clean_image(record({"jpg": data}), ImageOptions(min_side=1, resize_short=40), None)).fields["jpg"])
+    out = decoded(kept(clean_image(record({"jpg": data}), ImageOptions(min_side=1, resize_short=40),
+                                   None)).fields["jpg"])
     assert out.size == (40, 60)
 
 
@@ -336,7 +335,9 @@ def test_undecodable_source_name_still_gives_valid_utf8_json(record: MakeRecord)
 
 def test_a_json_sidecar_never_contradicts_the_sample(record: MakeRecord) -> None:
     """A sidecar's label, width, height and __source__ are the sample's own; its other keys are kept."""
-    raw = record({"jpg": jpeg_bytes(), "json": b'{"__source__": "dog/1.jpg", "label": "dog", "width": 5, "height": 7, "caption": "a cat"}'}, label="cat")
+    raw = record({"jpg": jpeg_bytes(),
+                  "json": b'{"__source__": "dog/1.jpg", "label": "dog", "width": 5, "height": 7, '
+                          b'"caption": "a cat"}'}, label="cat")
     result = kept(clean_image(raw, SMALL, 2))
     doc = json.loads(result.fields["json"])
     width, height = Image.open(io.BytesIO(result.fields["jpg"])).size

@@ -21,15 +21,16 @@ def test_public_api_is_pinned() -> None:
     assert dataprep.clean.__all__ == sorted(dataprep.clean.__all__)
     assert set(dataprep.clean.__all__) == {
         "IMAGE_FIELDS", "ImageFormat", "ImageOptions", "RowError", "TABLE_SUFFIXES", "TableOptions", "TextOptions",
-        "TextUnit", "arrow_schema", "clean_image", "clean_row", "clean_text", "dedup_digest", "dedup_value", "infer_schema",
-        "iter_table_rows", "iter_text_records", "jpeg_structure_problem", "png_structure_problem",
+        "TextUnit", "arrow_schema", "clean_image", "clean_row", "clean_text", "dedup_digest", "dedup_value",
+        "infer_schema", "iter_table_rows", "iter_text_records", "jpeg_structure_problem", "png_structure_problem",
         "source_key_stem", "target_size", "text_digest",
     }
 
 
 def test_defaults() -> None:
     opts = ImageOptions()
-    assert (opts.min_side, opts.max_pixels, opts.quality, opts.reencode_format) == (32, 89_478_485, 95, ImageFormat.JPEG)
+    assert (opts.min_side, opts.max_pixels, opts.quality,
+            opts.reencode_format) == (32, 89_478_485, 95, ImageFormat.JPEG)
     assert TextOptions().unit is TextUnit.FILE and TextOptions().normalize == "NFC"
     assert TableOptions().schema is None and TableOptions().required == ()
 
@@ -96,7 +97,8 @@ def test_text_options_validation() -> None:
 
 @pytest.mark.parametrize(
     "opts",
-    [ImageOptions(resize_short=256), TableOptions(schema={"a": "int64"}, required=None), TextOptions(unit=TextUnit.LINE)],
+    [ImageOptions(resize_short=256), TableOptions(schema={"a": "int64"}, required=None),
+     TextOptions(unit=TextUnit.LINE)],
 )
 def test_options_pickle_for_worker_processes(opts: object) -> None:
     assert pickle.loads(pickle.dumps(opts)) == opts

@@ -7,7 +7,8 @@ from PIL import Image
 
 from dataprep.clean.structure import jpeg_structure_problem, png_structure_problem
 from dataprep.records import RejectReason
-from tests.dataprep.clean.clean_samples import encode, jpeg_bytes, photo
+from tests.dataprep.helpers import jpeg_bytes, photo
+from tests.samples import encode
 
 
 def reason(problem: tuple[RejectReason, str] | None) -> RejectReason | None:

@@ -62,7 +62,8 @@ def test_invalid_utf8_in_one_csv_row_does_not_stop_the_others(tmp_path: Path) ->
     path.write_bytes(b"id,name\n1,ok\n2,caf\xe9\n3,fine\n")
     records = rows_of(path)
     assert errors_of(records) == {2: RejectReason.INVALID_UTF8}
-    assert "line 3" in records[1].value.detail and "'name'" in records[1].value.detail and "0xe9" in records[1].value.detail
+    detail = records[1].value.detail
+    assert "line 3" in detail and "'name'" in detail and "0xe9" in detail
     good = [r.value for r in records if not isinstance(r.value, RowError)]
     assert good == [{"id": "1", "name": "ok"}, {"id": "3", "name": "fine"}]
 
@@ -98,7 +99,8 @@ def test_tsv(tmp_path: Path) -> None:
 
 def test_jsonl_rows_are_line_numbers_and_bad_lines_are_rejected(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    lines = [b'{"id": 1, "name": "a"}', b"", b'{"id": 2', b"[1, 2]", b'{"name": "caf\xe9"}', b'{"x": NaN}', b'{"id": 7}']
+    lines = [b'{"id": 1, "name": "a"}', b"", b'{"id": 2', b"[1, 2]", b'{"name": "caf\xe9"}', b'{"x": NaN}',
+             b'{"id": 7}']
     path.write_bytes(b"\n".join(lines) + b"\n")
     records = rows_of(path)
     assert [r.row for r in records] == [1, 3, 4, 5, 6, 7]  # the blank line 2 is skipped
@@ -138,8 +140,10 @@ def test_source_key_stem() -> None:
 
 def test_infer_schema_types() -> None:
     rows = [
-        {"id": "1", "score": "0.5", "flag": "true", "name": "a", "n": 3, "f": 1.5, "b": True, "zip": "02134", "nested": {"a": 1}},
-        {"id": "-22", "score": "3", "flag": "False", "name": "12", "n": None, "f": 2, "b": False, "zip": "10001", "nested": None},
+        {"id": "1", "score": "0.5", "flag": "true", "name": "a", "n": 3, "f": 1.5, "b": True, "zip": "02134",
+         "nested": {"a": 1}},
+        {"id": "-22", "score": "3", "flag": "False", "name": "12", "n": None, "f": 2, "b": False, "zip": "10001",
+         "nested": None},
     ]
     assert infer_schema(rows) == {
         "id": "int64", "score": "double", "flag": "bool", "name": "string", "n": "int64", "f": "double",

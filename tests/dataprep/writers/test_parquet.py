@@ -26,7 +26,8 @@ def table_records(n: int) -> list[CleanRecord]:
 def image_records(n: int, *, seed: int = 0) -> list[CleanRecord]:
     rng = random.Random(seed)
     return [
-        CleanRecord(f"img_{i:04d}", f"raw/{i}.jpg", {"jpg": rng.randbytes(500 + rng.randrange(1500)), "cls": i % 5, "json": f"[{i}]"})
+        CleanRecord(f"img_{i:04d}", f"raw/{i}.jpg", {"jpg": rng.randbytes(500 + rng.randrange(1500)), "cls": i % 5,
+                                                     "json": f"[{i}]"})
         for i in range(n)
     ]
 
@@ -88,8 +89,10 @@ def test_row_groups_are_bounded_in_rows_for_tiny_rows(tmp_path: Path, monkeypatc
 
 
 def test_rollover_by_count(tmp_path: Path) -> None:
-    shards = write_all(tmp_path, table_records(25), schema=TABLE_SCHEMA, max_shard_bytes=None, max_samples_per_shard=10, start_shard=3)
-    assert [(s.name, s.num_samples) for s in shards] == [(f"shard-{n:06d}.parquet", k) for n, k in ((3, 10), (4, 10), (5, 5))]
+    shards = write_all(tmp_path, table_records(25), schema=TABLE_SCHEMA, max_shard_bytes=None,
+                       max_samples_per_shard=10, start_shard=3)
+    assert [(s.name,
+             s.num_samples) for s in shards] == [(f"shard-{n:06d}.parquet", k) for n, k in ((3, 10), (4, 10), (5, 5))]
     assert [pq.read_metadata(tmp_path / s.name).num_rows for s in shards] == [10, 10, 5]
 
 
@@ -138,7 +141,8 @@ def test_missing_not_null_column_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_column_is_refused(tmp_path: Path) -> None:
-    with ParquetShardWriter(tmp_path, schema=IMAGE_SCHEMA) as writer, pytest.raises(ValueError, match=r"'k'.*\['png'\]"):
+    with ParquetShardWriter(tmp_path,
+                            schema=IMAGE_SCHEMA) as writer, pytest.raises(ValueError, match=r"'k'.*\['png'\]"):
         writer.write(CleanRecord("k", "raw", {"png": b"x"}))
 
 
@@ -156,12 +160,14 @@ def test_abort_removes_the_temporary_file(tmp_path: Path) -> None:
     [
         ({"schema": {"a": "int"}}, TypeError, "'schema' must be a pyarrow.Schema"),
         ({"schema": pa.schema([(KEY_COLUMN, pa.int64()), ("a", pa.int64())])}, ValueError, "must be a string column"),
-        ({"schema": TABLE_SCHEMA, "row_group_bytes": 0}, ValueError, r"'row_group_bytes' must be a positive int \(got 0 that is a int\)"),
+        ({"schema": TABLE_SCHEMA, "row_group_bytes": 0}, ValueError,
+         r"'row_group_bytes' must be a positive int \(got 0 that is a int\)"),
         ({"schema": TABLE_SCHEMA, "compression": "zip"}, ValueError, "'compression' must be one of"),
         ({"schema": TABLE_SCHEMA, "max_shard_bytes": None}, ValueError, "at least one"),
     ],
 )
-def test_bad_arguments_are_refused_at_construction(tmp_path: Path, kwargs: dict[str, object], error: type[Exception], message: str) -> None:
+def test_bad_arguments_are_refused_at_construction(tmp_path: Path, kwargs: dict[str, object], error: type[Exception],
+                                                   message: str) -> None:
     with pytest.raises(error, match=message):
         ParquetShardWriter(tmp_path, **kwargs)  # type: ignore[arg-type]
 

@@ -254,13 +254,15 @@ def test_fast_member_header_is_byte_identical_to_tarfile():
     rng = random.Random(0)
     alphabet = string.ascii_letters + string.digits + "_-."
     cases = [("ü.jpg", 5), ("x" * 150 + ".cls", 5), ("k.jpg", 8**11 - 1), ("k.jpg", 8**11)]
-    cases += [("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 110))), rng.choice([0, 1, 511, 512, rng.randint(0, 10**9)]))
+    cases += [("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 110))),
+               rng.choice([0, 1, 511, 512, rng.randint(0, 10**9)]))
               for _ in range(2000)]
     for name, size in cases:
         assert _member_header(name, size) == reference(name, size), (name, size)
 
 
-def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from dataprep.writers import tar
 
     calls: list[tuple[int, int, int]] = []
@@ -277,7 +279,8 @@ def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path
     assert [offset for _, offset, _ in calls] == list(itertools.accumulate([0] + [n for _, _, n in calls[:-1]]))
     assert all(n >= 64 * 1024 for _, _, n in calls) and calls[-1][1] + calls[-1][2] <= shard.bytes
     assert sha256_file(tmp_path / shard.name) == shard.sha256  # the data is unchanged by it
-    assert [s["__key__"] for s in wds.WebDataset(str(tmp_path / shard.name), shardshuffle=False)] == [r.key for r in records]
+    assert [s["__key__"] for s in wds.WebDataset(str(tmp_path / shard.name),
+                                                 shardshuffle=False)] == [r.key for r in records]
 
 
 def test_start_writeback_ignores_empty_ranges_and_works_on_a_real_file(tmp_path: Path) -> None:

@@ -1,25 +1,20 @@
-"""The persisted plan: file parts, ranges, RAW's listing; a range's output depends only on the plan and the range."""
+"""The run plan: file parts, ranges, RAW's listing; a range's output depends only on the plan and the range."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from dataprep.checkpoint import Checkpoint, save_checkpoint
-from dataprep.cli import main
 from dataprep.listing import Entry, changes
 from dataprep.manifest import read_manifest
-from dataprep.plan import Plan, line_parts, split_ranges
-
-
-def shard_cli(*args: object) -> int:
-    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
+from dataprep.run_plan import RunPlan, line_parts, split_ranges
+from dataprep.store import LocalStore
+from tests.dataprep.helpers import numbered_images, shard_cli
 
 
 @pytest.mark.parametrize("part_bytes", [1, 7, 30, 1000])
@@ -52,14 +47,6 @@ def test_listing_changes_name_files_added_removed_and_changed():
     ]
 
 
-def _images(root: Path, n: int) -> Path:
-    for i in range(n):
-        folder = root / f"c{i % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (40, 40), (i * 11 % 256, i * 5 % 256, 255 - i * 3 % 256)).save(folder / f"{i:03d}.jpg")
-    return root
-
-
 def _table(root: Path) -> Path:
     root.mkdir(parents=True)
     with open(root / "t.jsonl", "w") as f:
@@ -69,7 +56,7 @@ def _table(root: Path) -> Path:
 
 
 @pytest.mark.parametrize(("make", "options"), [
-    (lambda root: _images(root, 30), ["--samples-per-shard", "4", "--range-size", "6KiB"]),
+    (lambda root: numbered_images(root, 30), ["--samples-per-shard", "4", "--range-size", "6KiB"]),
     (_table, ["--samples-per-shard", "50", "--range-size", "3KiB"]),
 ], ids=["images", "table"])
 def test_a_range_is_written_the_same_from_the_plan_alone(tmp_path, make, options):
@@ -83,23 +70,23 @@ def test_a_range_is_written_the_same_from_the_plan_alone(tmp_path, make, options
     assert len({n.split("-")[1] for n in names}) >= 3, names  # several ranges, shards numbered within each
     # Plan only (stopped right after planning), then start at range 1 as a second machine would.
     other = tmp_path / "other"
-    from dataprep import pipeline
+    from dataprep import shard
 
-    real = pipeline.make_plan
-    plans: list[Plan] = []
+    real = shard.make_run_plan
+    plans: list[RunPlan] = []
 
     def plan_and_stop(*a, **k):
         plans.append(real(*a, **k))
         raise KeyboardInterrupt
 
-    pipeline.make_plan = plan_and_stop
+    shard.make_run_plan = plan_and_stop
     try:
         assert shard_cli(raw, other, *args) == 130
     finally:
-        pipeline.make_plan = real
+        shard.make_run_plan = real
     plan = plans[0]
     start, _ = plan.range_bounds(1)
-    save_checkpoint(other, Checkpoint(range=1, position=start))
+    save_checkpoint(LocalStore(other), Checkpoint(range=1, position=start))
     assert shard_cli(raw, other, *args, "--allow-empty") == 0
     later = [n for n in names if not n.split("-")[1] == "00000"]
     assert later and all((other / n).read_bytes() == (whole / n).read_bytes() for n in later)
@@ -109,9 +96,10 @@ def test_a_range_is_written_the_same_from_the_plan_alone(tmp_path, make, options
 
 def test_plan_records_are_what_a_run_cleans(tmp_path):
     from dataprep.config import ShardConfig
-    from dataprep.pipeline import clean_item, plan_records
+    from dataprep.shard import plan_records
+    from dataprep.write_loop import clean_item
 
-    raw = _images(tmp_path / "raw", 8)
+    raw = numbered_images(tmp_path / "raw", 8)
     (tmp_path / "spill").mkdir()
     handler, items = plan_records(ShardConfig(raw=raw, out=tmp_path / "out", seed=3), tmp_path / "spill", "wds")
     results = [clean_item(handler, item) for item in items]
@@ -119,3 +107,35 @@ def test_plan_records_are_what_a_run_cleans(tmp_path):
     out = tmp_path / "out"
     assert shard_cli(raw, out, "--workers", "1", "--seed", "3") == 0
     assert read_manifest(out).totals.samples_kept == sum(not hasattr(r, "reason") for r in results)
+
+
+
+def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
+    import tracemalloc
+
+    from dataprep.config import ShardConfig
+    from dataprep.run_plan import make_run_plan
+    from dataprep.sources import Layout, LayoutChoice
+
+    for c in range(dirs):
+        (raw / f"c{c:03d}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_dir):
+            (raw / f"c{c:03d}" / f"{i:04d}.jpg").write_bytes(b"%d/%d" % (c, i) * (1 + i % 7))  # distinct bytes
+    spill.mkdir(exist_ok=True)
+    tracemalloc.start()
+    config = ShardConfig(raw=raw, out=raw.parent / "out")
+    plan = make_run_plan(config, LayoutChoice(Layout.IMAGE_FOLDER, "test"), spill, config.fingerprint())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(plan) == dirs * per_dir
+    return peak
+
+
+def test_plan_memory_per_input_is_small(tmp_path):
+    """Planned inputs are spilled to disk: memory grows by ~100 bytes per input (numpy
+    offsets/sizes/order and the set of keys), not by a RawRecord (~525 bytes) each."""
+    _plan_peak_bytes(tmp_path / "warm", tmp_path / "spill0", 1, 5)  # lazy imports out of the way
+    small = _plan_peak_bytes(tmp_path / "small", tmp_path / "spill1", 20, 50)
+    large = _plan_peak_bytes(tmp_path / "large", tmp_path / "spill2", 80, 50)
+    per_input = (large - small) / 3000
+    assert per_input < 250, per_input

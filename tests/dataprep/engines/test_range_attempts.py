@@ -7,7 +7,6 @@ not by timing: the stale attempt is a thread that runs the same task function.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +16,10 @@ import pytest
 
 import dataprep.ray_engine
 from dataprep.cli import main
-from dataprep.ranges import ATTEMPTS_DIR, write_range
+from dataprep.range_tasks import ATTEMPTS_DIR, write_range
 from dataprep.store import LocalStore
 from dataprep.writers import parquet
+from tests.dataprep.helpers import STATE_DIR, assert_same_output
 
 pytest.importorskip("ray")  # --engine ray checks that Ray is installed before it runs
 
@@ -72,15 +72,9 @@ def _shard(raw: Path, out: Path, *extra: str) -> int:
 
 
 def _assert_same_output(a: Path, b: Path) -> None:
-    names = sorted(p.name for p in a.iterdir())
-    assert names == sorted(p.name for p in b.iterdir())
-    for name in names:
-        if name == "manifest.json":
-            ma, mb = json.loads((a / name).read_bytes()), json.loads((b / name).read_bytes())
-            ma.pop("command"), mb.pop("command")
-            assert ma == mb
-        else:
-            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    """Every file of OUT the same bytes (no state folder left); the manifest too, but for its command line."""
+    assert not (a / STATE_DIR).exists() and not (b / STATE_DIR).exists()
+    assert_same_output(b, a, drop_manifest_keys=("command",))
 
 
 def test_a_stale_attempt_renaming_its_shard_mid_run_changes_nothing(tmp_path, monkeypatch):

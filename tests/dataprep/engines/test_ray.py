@@ -20,38 +20,35 @@ import time
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from dataprep.checkpoint import load_checkpoint
-from dataprep.cli import main
 from dataprep.manifest import read_manifest
+from tests.dataprep.helpers import (REPO, STATE_DIR, assert_same_output, crash_on, numbered_images, read_rejects,
+                                    shard_cli)
+from tests.samples import wait_until
 
 ray = pytest.importorskip("ray")
 
 CRASH_ENV = "SHARDFEED_TEST_RAY_CRASH_FILE"
 
 
-def shard_cli(*args: object) -> int:
-    return main(["shard", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
-
-
 def _crashing_clean_item(ctx, item):
     """clean_item, except that the input named in the crash file kills its process (exit status 11)."""
-    from dataprep import pipeline
+    from dataprep import write_loop
     from dataprep.records import RawRecord
 
     crash = Path(os.environ.get(CRASH_ENV, "/nonexistent"))
     if isinstance(item, RawRecord) and crash.exists() and item.source == json.loads(crash.read_text())["source"]:
         os._exit(11)
-    return pipeline.CLEAN_ITEM(ctx, item)
+    return write_loop.CLEAN_ITEM(ctx, item)
 
 
 def _install_crash_hook() -> None:
     """Ray worker setup hook: route cleaning through ``_crashing_clean_item``."""
-    from dataprep import pipeline
+    from dataprep import write_loop
 
-    pipeline.CLEAN_ITEM = pipeline.clean_item
-    pipeline.clean_item = _crashing_clean_item
+    write_loop.CLEAN_ITEM = write_loop.clean_item
+    write_loop.clean_item = _crashing_clean_item
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +63,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         nodes.add_node(num_cpus=1)
-        ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False,
-                 runtime_env={"env_vars": {CRASH_ENV: os.fspath(crash)}, "worker_process_setup_hook": _install_crash_hook})
+        runtime_env = {"env_vars": {CRASH_ENV: os.fspath(crash)}, "worker_process_setup_hook": _install_crash_hook}
+        ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False, runtime_env=runtime_env)
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         yield nodes.address, crash
     finally:
@@ -76,10 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _images(root: Path, n: int) -> Path:
-    for i in range(n):
-        folder = root / f"c{i % 3}"
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (40, 40), (i * 11 % 256, i * 5 % 256, 255 - i * 3 % 256)).save(folder / f"{i:03d}.jpg")
+    numbered_images(root, n, classes=3)
     (root / "c0" / "broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
     (root / "c1" / "copy.jpg").write_bytes((root / "c2" / "002.jpg").read_bytes())  # a duplicate
     return root
@@ -102,18 +96,12 @@ def _table_with_repeats(root: Path) -> Path:
     return root
 
 
-def _assert_same_output(a: Path, b: Path) -> None:
+def _assert_same_output(local: Path, on_ray: Path) -> None:
     """Every file of OUT the same bytes; the manifest too, but for the command line that made it."""
-    names = sorted(p.name for p in a.iterdir())
-    assert names == sorted(p.name for p in b.iterdir())
-    assert ".dataprep" not in names and "rejects.jsonl" in names
-    for name in names:
-        if name == "manifest.json":
-            ma, mb = json.loads((a / name).read_bytes()), json.loads((b / name).read_bytes())
-            assert ma.pop("command") != mb.pop("command")
-            assert ma == mb
-        else:
-            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert not (on_ray / STATE_DIR).exists() and (on_ray / "rejects.jsonl").exists()
+    commands = [json.loads((out / "manifest.json").read_bytes())["command"] for out in (local, on_ray)]
+    assert commands[0] != commands[1]
+    assert_same_output(on_ray, local, drop_manifest_keys=("command",))
 
 
 CASES = {
@@ -141,8 +129,8 @@ def test_ray_writes_the_bytes_of_a_local_run_and_dedups_across_ranges(cluster, t
 @pytest.mark.slow
 def test_ray_images_match_local_and_report_progress(cluster, tmp_path):
     from dataprep.cli import build_parser, config_from_args
-    from dataprep.pipeline import shard
-    from dataprep.report import Progress
+    from dataprep.report import ProgressLine
+    from dataprep.shard import shard
 
     raw = _images(tmp_path / "raw", 36)
     options = ["--range-size", "3KiB", "--samples-per-shard", "3"]
@@ -150,7 +138,8 @@ def test_ray_images_match_local_and_report_progress(cluster, tmp_path):
     assert shard_cli(raw, local, *options, "--workers", "2") == 0
     stream = io.StringIO()
     args = build_parser().parse_args(["shard", os.fspath(raw), os.fspath(on_ray), *options, "--engine", "ray"])
-    summary = shard(config_from_args(args), argv=("dataprep",), progress=Progress(None, stream=stream, enabled=True))
+    progress = ProgressLine(None, stream=stream, enabled=True)
+    summary = shard(config_from_args(args), argv=("dataprep",), progress=progress)
     ranges = len({s.name.split("-")[1] for s in read_manifest(on_ray).shards})
     assert ranges >= 4 and summary.totals.samples_kept == 36
     line = stream.getvalue().split("\r")[-1]
@@ -226,21 +215,19 @@ def test_a_killed_ray_worker_is_retried_and_the_output_is_the_same(cluster, tmp_
 
 @pytest.mark.slow
 def test_a_decoder_crash_in_a_ray_task_is_a_worker_crash_reject(cluster, tmp_path, monkeypatch):
-    from tests.dataprep.test_pipeline import _crash_on
-
     _, crash = cluster
     raw = _images(tmp_path / "raw", 18)
     victim = "c1/004.jpg"
     options = ["--range-size", "3KiB", "--samples-per-shard", "4"]
     local, on_ray = tmp_path / "local", tmp_path / "ray"
-    _crash_on(monkeypatch, victim, 11)
+    crash_on(monkeypatch, victim, 11)
     assert shard_cli(raw, local, *options, "--workers", "2") == 0
     crash.write_text(json.dumps({"source": victim}))
     try:
         assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0
     finally:
         crash.unlink()
-    rejects = {json.loads(line)["source"]: json.loads(line) for line in (on_ray / "rejects.jsonl").read_text().splitlines()}
+    rejects = {r["source"]: r for r in read_rejects(on_ray)}
     assert rejects[victim]["reason"] == "worker_crash" and "exit status 11" in rejects[victim]["detail"]
     _assert_same_output(local, on_ray)
 
@@ -254,18 +241,19 @@ def test_a_killed_driver_resumes_from_the_ranges_completed(cluster, tmp_path):
     assert shard_cli(raw, local, *options, "--workers", "2") == 0
     command = [sys.executable, "-m", "dataprep.cli", "shard", os.fspath(raw), os.fspath(on_ray), *options,
                "--engine", "ray", "--address", address]
-    driver = subprocess.Popen(command, cwd=Path(__file__).parents[2], start_new_session=True,
+    driver = subprocess.Popen(command, cwd=REPO, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     done: tuple[int, ...] = ()
+
+    def a_range_is_done() -> bool:  # a range at a time: seen within ~0.1 s
+        checkpoint = load_checkpoint(on_ray) if (on_ray / STATE_DIR / "checkpoint.json").exists() else None
+        return checkpoint is not None and bool(checkpoint.ranges_done)
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and driver.poll() is None:  # a range at a time: seen within ~0.1 s
-            checkpoint = load_checkpoint(on_ray) if (on_ray / ".dataprep" / "checkpoint.json").exists() else None
-            if checkpoint is not None and checkpoint.ranges_done:
-                os.killpg(driver.pid, signal.SIGKILL)
-                done = checkpoint.ranges_done
-                break
-            time.sleep(0.01)
+        if wait_until(a_range_is_done, proc=driver, timeout_s=60, poll_s=0.01):
+            os.killpg(driver.pid, signal.SIGKILL)
+            checkpoint = load_checkpoint(on_ray)
+            done = checkpoint.ranges_done if checkpoint is not None else ()
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -285,7 +273,8 @@ def test_resuming_with_the_other_engine_is_refused(cluster, tmp_path, capsys):
     raw = _text_with_repeats(tmp_path / "raw")
     out = tmp_path / "out"
     options = ["--text-unit", "line", "--range-size", "300B"]
-    assert shard_cli(raw, out, *options, "--engine", "ray", "--max-reject-fraction", "0.01") == 1  # stops before the manifest
+    # Stops before the manifest:
+    assert shard_cli(raw, out, *options, "--engine", "ray", "--max-reject-fraction", "0.01") == 1
     assert shard_cli(raw, out, *options, "--max-reject-fraction", "1") == 2
     assert "started with --engine ray" in capsys.readouterr().err
     assert shard_cli(raw, out, *options, "--engine", "ray") == 0
@@ -313,17 +302,18 @@ def test_a_node_that_cannot_see_out_is_refused(cluster, tmp_path):
             executor.check_shared(Diverging(tmp_path / "driver-only"))
 
 
-def test_an_address_where_nothing_answers_is_refused_quickly(tmp_path, capsys):
+def test_an_address_where_nothing_answers_is_refused_before_ray_connects(tmp_path, capsys):
+    """Refused by the engine's own check, one connect() to the port (refused at once by a closed port), not
+    by ``ray.init``, which waits minutes for a cluster: the message is the check's."""
     import socket
 
     raw = _text_with_repeats(tmp_path / "raw")
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    started = time.monotonic()
     assert shard_cli(raw, tmp_path / "out", "--engine", "ray", "--address", f"127.0.0.1:{port}") == 2
-    assert time.monotonic() - started < 15
     err = capsys.readouterr().err
+    assert f"nothing answers at 127.0.0.1:{port}" in err, err
     assert f"127.0.0.1:{port}" in err and "ray start --head" in err, err
     assert not (tmp_path / "out").exists()
 
@@ -331,7 +321,7 @@ def test_an_address_where_nothing_answers_is_refused_quickly(tmp_path, capsys):
 def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(cluster, tmp_path, monkeypatch):
     """Stopped after both duplicate passes but before recording them (one partition's grouping then lost,
     another half written): the rerun groups what is not marked done again and writes the bytes of a local run."""
-    from dataprep import ranges
+    from dataprep import range_tasks as ranges
     from dataprep.store import LocalStore
 
     make, options = CASES["text"]

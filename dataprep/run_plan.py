@@ -1,11 +1,11 @@
-"""The plan of a run: every input of RAW as a numbered *unit*, in output order, split into ranges.
+"""The run plan: every input of RAW as a numbered *unit*, in output order, split into ranges.
 
 A run writes its plan once, at the start, to OUT's state folder; every later run (a
 resume, or one node of a multi-node run) reads it instead of looking at RAW again.
 Files of ``OUT/.dataprep/`` (``plan.json`` is written last: its presence means the
 plan is complete)::
 
-    plan.json          PlanInfo: layout and why, the options, RAW's listing digest, counts
+    plan.json          RunPlanInfo: layout and why, the options, RAW's listing digest, counts
     units.bin          the units, one pickled object each, in sorted order
     units.offsets.npy  int64 [N + 1] byte ranges of the units in units.bin
     order.npy          int64 [N] output order: position p is unit order[p]
@@ -36,7 +36,7 @@ import json
 import os
 import pickle
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,8 @@ from dataprep.fsutil import atomic_write_bytes
 from dataprep.listing import LISTING_NAME, excluded_by, write_listing
 from dataprep.records import RawRecord, Reject, RejectReason
 from dataprep.duplicates import find_duplicates, image_size
-from dataprep.sources import TEXT_EXTENSIONS, KeyAssigner, Layout, RawFile, extension, media_records, walk_files
+from dataprep.sources import (TEXT_EXTENSIONS, KeyAssigner, Layout, LayoutChoice, RawFile, extension, media_records,
+                              walk_files)
 
 PLAN_VERSION = 1
 PLAN_NAME = "plan.json"
@@ -87,10 +88,11 @@ class FilePart:
 
 
 Unit = RawRecord | Reject | FilePart
+LabelMap = dict[str, int] | None  # class name -> label (image-folder), else None
 
 
 @dataclass(frozen=True)
-class PlanInfo:
+class RunPlanInfo:
     """``plan.json``: what the plan was built from. ``fingerprint``: the options that shape the output."""
 
     layout: str
@@ -109,18 +111,19 @@ class PlanInfo:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode("ascii")
 
     @classmethod
-    def from_path(cls, path: Path) -> PlanInfo:
+    def from_path(cls, path: Path) -> RunPlanInfo:
         try:
             doc = json.loads(path.read_bytes())
             if doc.get("version") != PLAN_VERSION:
-                raise FormatError(f"{path}: plan version {doc.get('version')!r} not supported (expected {PLAN_VERSION})")
+                raise FormatError(f"{path}: plan version {doc.get('version')!r} not supported (expected "
+                                  f"{PLAN_VERSION})")
             return cls(**doc)
         except (OSError, ValueError, TypeError) as err:
             raise FormatError(f"{path}: unreadable plan ({err!r}); rerun with --overwrite to plan again") from err
 
 
-class Plan:
-    """A plan read back from its folder: units by position, and the ranges.
+class RunPlan:
+    """A run plan read back from its folder: units by position, and the ranges.
 
     offsets: int64 [N + 1]; order: int64 [N]; unit_bytes: int64 [N] by position;
     range_starts: int64 [R + 1]; replaced: unit index -> Reject.
@@ -128,7 +131,7 @@ class Plan:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.info = PlanInfo.from_path(directory / PLAN_NAME)
+        self.info = RunPlanInfo.from_path(directory / PLAN_NAME)
         try:
             # Memory-mapped: a range task on another node pages in only its range's part.
             self.offsets = np.load(directory / OFFSETS_NAME, mmap_mode="r")
@@ -139,7 +142,8 @@ class Plan:
         except (OSError, ValueError, pickle.UnpicklingError) as err:
             raise FormatError(f"{directory}: damaged plan ({err!r}); rerun with --overwrite to plan again") from err
         if len(self.order) != self.info.num_units or len(self.range_starts) != self.info.num_ranges + 1:
-            raise FormatError(f"{directory}: plan arrays do not match {PLAN_NAME}; rerun with --overwrite to plan again")
+            raise FormatError(f"{directory}: plan arrays do not match {PLAN_NAME}; rerun with --overwrite to plan "
+                              "again")
 
     @property
     def layout(self) -> Layout:
@@ -158,7 +162,8 @@ class Plan:
 
     def range_of(self, position: int) -> int:
         """The range holding ``position`` (``num_ranges`` for the end of the plan)."""
-        return int(np.searchsorted(self.range_starts, position, side="right")) - 1 if position < len(self) else self.num_ranges
+        return int(np.searchsorted(self.range_starts, position,
+                                   side="right")) - 1 if position < len(self) else self.num_ranges
 
     def load(self, index: int, fd: int) -> Unit:
         """The unit with sorted index ``index``."""
@@ -190,29 +195,23 @@ def is_planned(directory: Path) -> bool:
     return (directory / PLAN_NAME).exists()
 
 
-def make_plan(config: ShardConfig, layout: Layout, layout_reason: str, directory: Path) -> Plan:
-    """Build the plan of ``config`` into ``directory`` (see the module docstring) and read it back."""
-    raw = Path(config.raw)
+def make_run_plan(config: ShardConfig, choice: LayoutChoice, directory: Path, fingerprint: dict[str, Any]) -> RunPlan:
+    """Build the plan of ``config`` into ``directory`` (see the module docstring) and read it back.
+
+    ``fingerprint``: ``config.fingerprint()``, recorded in ``plan.json``.
+    """
+    raw, layout = config.raw, choice.layout
     listing_sha256 = write_listing(raw, directory / LISTING_NAME, follow_symlinks=config.follow_symlinks,
-                                   exclude=Path(config.out))
-    skip = excluded_by(raw, Path(config.out), follow_symlinks=config.follow_symlinks)
+                                   exclude=config.out)
+    skip = excluded_by(raw, config.out, follow_symlinks=config.follow_symlinks)
     label_map: dict[str, int] | None = None
     table_schema: dict[str, str] | None = None
-    if layout in (Layout.IMAGE_FOLDER, Layout.GROUPED):
-        units = media_records(raw, layout, follow_symlinks=config.follow_symlinks)
-        if skip is not None:  # dataprep's own output, reached through a symlink, is never an input
-            units = (u for u in units if not skip(u.source))
-        offsets, sizes, labels = _spill(units, directory / UNITS_NAME, check_label=layout is Layout.IMAGE_FOLDER)
-        if layout is Layout.IMAGE_FOLDER:
-            label_map = {name: i for i, name in enumerate(sorted(labels))}
-        replaced = find_duplicates(directory / UNITS_NAME, offsets, sizes)
-        count = len(sizes)
-        order = np.random.default_rng(config.seed).permutation(count) if config.shuffle else np.arange(count)
+    replaced: dict[int, Reject] = {}
+    if layout.is_media:
+        offsets, sizes, order, replaced, label_map = _plan_media(config, layout, skip, directory / UNITS_NAME)
     else:
-        part_bytes = min(MAX_PART_BYTES, config.range_bytes)
-        units = _file_units(config, layout, part_bytes)
+        units = _file_units(config, layout, min(MAX_PART_BYTES, config.range_bytes))
         offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
-        replaced = {}
         order = np.arange(len(sizes))
         if layout is Layout.TABLE:
             table_schema = _table_schema(config, directory / UNITS_NAME, offsets)
@@ -224,10 +223,25 @@ def make_plan(config: ShardConfig, layout: Layout, layout_reason: str, directory
     np.save(directory / BYTES_NAME, unit_bytes)
     np.save(directory / RANGES_NAME, range_starts)
     atomic_write_bytes(directory / REPLACED_NAME, pickle.dumps(replaced, protocol=pickle.HIGHEST_PROTOCOL))
-    info = PlanInfo(str(layout), layout_reason, config.fingerprint(), listing_sha256, len(order),
-                    len(range_starts) - 1, label_map, table_schema)
+    info = RunPlanInfo(layout=str(layout), layout_reason=choice.reason, fingerprint=fingerprint,
+                       listing_sha256=listing_sha256, num_units=len(order), num_ranges=len(range_starts) - 1,
+                       label_map=label_map, table_schema=table_schema)
     atomic_write_bytes(directory / PLAN_NAME, info.to_bytes())
-    return Plan(directory)
+    return RunPlan(directory)
+
+
+def _plan_media(config: ShardConfig, layout: Layout, skip: Callable[[str], bool] | None,
+                units_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, Reject], LabelMap]:
+    """Spill the media inputs to ``units_path``: (offsets, sizes, order, duplicates replaced, label map)."""
+    units: Iterable[Unit] = media_records(config.raw, layout, follow_symlinks=config.follow_symlinks)
+    if skip is not None:  # dataprep's own output, reached through a symlink, is never an input
+        units = (u for u in units if not skip(u.source))
+    offsets, sizes, labels = _spill(units, units_path, check_label=layout is Layout.IMAGE_FOLDER)
+    label_map = {name: i for i, name in enumerate(sorted(labels))} if layout is Layout.IMAGE_FOLDER else None
+    replaced = find_duplicates(units_path, offsets, sizes)
+    count = len(sizes)
+    order = np.random.default_rng(config.seed).permutation(count) if config.shuffle else np.arange(count)
+    return offsets, sizes, order, replaced, label_map
 
 
 def split_ranges(unit_bytes: np.ndarray, range_bytes: int) -> np.ndarray:
@@ -255,7 +269,8 @@ def _spill(units: Iterable[Unit], path: Path, *, check_label: bool) -> tuple[np.
         for unit in units:
             if check_label and isinstance(unit, RawRecord):
                 if unit.label is None:
-                    unit = Reject(unit.source, RejectReason.BAD_LABEL, "file is not inside a class folder (RAW/<class>/<file>)")
+                    unit = Reject(unit.source, RejectReason.BAD_LABEL,
+                                  "file is not inside a class folder (RAW/<class>/<file>)")
                 else:
                     labels.add(unit.label)
             sizes.append(unit.size if isinstance(unit, FilePart) else image_size(unit))
@@ -276,12 +291,12 @@ def table_kind(name: str) -> str | None:
 
 
 def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
-    raw = Path(config.raw)
+    raw = config.raw
     if raw.is_file():
         st = raw.stat()
         yield RawFile(raw.name, os.fspath(raw), st.st_size, st.st_mtime_ns)
         return
-    skip = excluded_by(raw, Path(config.out), follow_symlinks=config.follow_symlinks)
+    skip = excluded_by(raw, config.out, follow_symlinks=config.follow_symlinks)
     for item in walk_files(raw, follow_symlinks=config.follow_symlinks):
         if skip is None or not skip(item.source if isinstance(item, Reject) else item.rel):
             yield item
@@ -290,7 +305,7 @@ def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
 def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterator[FilePart | Reject]:
     """The units of a table or text RAW, in sorted file order."""
     keys = KeyAssigner()
-    single = Path(config.raw).is_file()
+    single = config.raw.is_file()
     for item in _input_files(config):
         if isinstance(item, Reject):
             yield item
@@ -302,7 +317,8 @@ def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterato
             usable = single or extension(item.rel) in TEXT_EXTENSIONS
             line_based = config.text.unit is TextUnit.LINE
         if not usable:
-            yield Reject(item.rel, RejectReason.UNSUPPORTED, f"'{item.rel.rpartition('/')[2]}' is not a file of a {layout} dataset")
+            yield Reject(item.rel, RejectReason.UNSUPPORTED,
+                         f"'{item.rel.rpartition('/')[2]}' is not a file of a {layout} dataset")
             continue
         name = item.rel.rpartition("/")[2]
         stem = item.rel[: len(item.rel) - len(name)] + (name.rpartition(".")[0] if "." in name.lstrip(".") else name)
@@ -312,7 +328,8 @@ def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterato
             continue
         for start, end, first_row in line_parts(Path(item.path), part_bytes):
             size = (end if end is not None else item.size) - start
-            yield FilePart(item.rel, item.path, key, size, start, end, first_row)
+            yield FilePart(source=item.rel, path=item.path, key=key, size=size, start=start, end=end,
+                           first_row=first_row)
 
 
 def line_parts(path: Path, part_bytes: int) -> list[tuple[int, int | None, int]]:

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import time
-from dataprep.cli import keep_interrupts
+from dataprep.interrupts import keep_interrupts
 {install}
 class Bomb:
     def __del__(self):

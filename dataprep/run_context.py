@@ -1,0 +1,47 @@
+"""What a run decides once and hands down (``RunContext``), and what its write loop returns (``RunOutcome``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dataprep.config import ShardConfig
+from dataprep.layouts import LayoutHandler
+from dataprep.manifest import ShardInfo, Totals
+from dataprep.run_plan import RunPlan
+from dataprep.store import OutputStore
+from dataprep.writers import WriterOptions
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run as every stage reads it, decided once: by ``dataprep.shard``, or once per range task.
+
+    store: OUT (``dataprep.store``); plan: the saved run plan; handler: the plan's layout
+    (``dataprep.layouts``); output_format: ``Manifest.format``, from ``writers.choose_format``;
+    fingerprint: ``config.fingerprint()``, the options that shape the output bytes.
+    """
+
+    config: ShardConfig
+    store: OutputStore
+    plan: RunPlan
+    handler: LayoutHandler
+    output_format: str
+    fingerprint: dict[str, Any]
+
+    @property
+    def writer_options(self) -> WriterOptions:
+        """How every range's writer rolls shards over (``writers.open_writer``)."""
+        config = self.config
+        return WriterOptions(max_shard_bytes=config.max_shard_bytes, max_samples_per_shard=config.max_samples_per_shard,
+                             row_group_bytes=config.row_group_bytes, parquet_schema=self.handler.parquet_schema())
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work)."""
+
+    totals: Totals
+    shards: tuple[ShardInfo, ...]
+    processed: int
+    bytes_out: int

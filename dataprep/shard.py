@@ -1,0 +1,120 @@
+"""``dataprep shard``, the command: open OUT and the run plan, choose the engine, end the run, report.
+
+One run, in order: check RAW and OUT, lock OUT, see what it holds (``outdir.open_output``:
+fresh, a run to resume, or finished), then open the run: the saved plan (RAW must be
+unchanged) or a new one (``dataprep.run_plan``), and with it everything decided once and
+handed down as a ``RunContext``: the output store, the layout's handler, the output
+format, the options' fingerprint. The engine writes the ranges (``LocalEngine``: this
+machine, checkpointed; ``RayEngine``: range tasks on a cluster); then the rejects file is
+published, the budgets checked and the manifest written last (``dataprep.run_end``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from dataprep import ray_engine
+from dataprep.checkpoint import Checkpoint, save_checkpoint, state_dir
+from dataprep.config import Engine, ShardConfig
+from dataprep.errors import UsageError
+from dataprep.layouts import LayoutHandler, make_handler, refuse_other_layouts_options
+from dataprep.local_engine import LocalEngine
+from dataprep.outdir import OutputLock, OutputState, check_paths, finish, open_output
+from dataprep.report import ProgressLine, Summary
+from dataprep.run_context import RunContext, RunOutcome
+from dataprep.run_end import (already_complete, build_manifest, check_budgets, check_raw_unchanged, publish_manifest,
+                              publish_rejects, summary_of)
+from dataprep.run_plan import RunPlan, make_run_plan
+from dataprep.sources import LayoutChoice, choose_layout
+from dataprep.store import LocalStore, OutputStore
+from dataprep.write_loop import Item
+from dataprep.writers import choose_format
+
+
+class WriteEngine(Protocol):
+    """Where the ranges of a plan are written (``--engine``)."""
+
+    def check(self) -> None:
+        """Raise ``UsageError`` if the engine cannot run here (before anything is written)."""
+        ...
+
+    def run(self, ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine) -> RunOutcome:
+        """Write every range not yet done, from ``checkpoint``; refuses a run that the other engine started."""
+        ...
+
+
+def make_engine(config: ShardConfig) -> WriteEngine:
+    """The engine of ``--engine`` (the one place that reads it)."""
+    if config.engine is Engine.RAY:
+        return ray_engine.RayEngine(config.address)
+    return LocalEngine()
+
+
+def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: ProgressLine | None = None) -> Summary:
+    """Run ``dataprep shard`` (see the module docstring). Raises DataprepError subclasses."""
+    started = time.monotonic()
+    engine = make_engine(config)
+    engine.check()
+    check_paths(config.raw, config.out)
+    with OutputLock(config.out):
+        fingerprint = config.fingerprint()
+        store = LocalStore(config.out)
+        state = open_output(config.out, fingerprint, overwrite=config.overwrite)
+        if state.finished is not None:
+            return already_complete(config, state.finished)
+        ctx, checkpoint = _open_run(config, store, state, fingerprint)
+        progress = progress or ProgressLine(None, enabled=False)
+        progress.total = len(ctx.plan) if ctx.handler.is_media else None
+        outcome = engine.run(ctx, checkpoint, progress)
+        publish_rejects(store)
+        check_budgets(config, outcome.totals)
+        publish_manifest(store, build_manifest(ctx, outcome, argv))
+        finish(config.out)
+    resumed_from_shard = checkpoint.next_shard if state.plan is not None else None
+    return summary_of(ctx, outcome, time.monotonic() - started, resumed_from_shard)
+
+
+def _open_run(config: ShardConfig, store: OutputStore, state: OutputState,
+              fingerprint: dict[str, Any]) -> tuple[RunContext, Checkpoint]:
+    """The run: its saved plan and checkpoint when resuming (RAW must be unchanged), or a new plan."""
+    if state.plan is not None and state.checkpoint is not None:
+        check_raw_unchanged(config, state.plan)
+        plan, checkpoint = RunPlan(state_dir(config.out)), state.checkpoint
+        output_format = choose_format(str(config.output_format), plan.layout)
+    else:
+        choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
+        output_format = choose_format(str(config.output_format), choice.layout)  # a bad --format before planning
+        refuse_other_layouts_options(choice, config.table, config.raw)
+        plan = _new_plan(config, choice, fingerprint)
+        checkpoint = Checkpoint()
+        save_checkpoint(store, checkpoint)
+    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    ctx = RunContext(config=config, store=store, plan=plan, handler=handler, output_format=output_format,
+                     fingerprint=fingerprint)
+    return ctx, checkpoint
+
+
+def _new_plan(config: ShardConfig, choice: LayoutChoice, fingerprint: dict[str, Any]) -> RunPlan:
+    """Plan RAW into OUT's state folder; a plan refused half-way leaves no state folder."""
+    directory = state_dir(config.out)
+    directory.mkdir(exist_ok=True)
+    try:
+        return make_run_plan(config, choice, directory, fingerprint)
+    except UsageError:
+        shutil.rmtree(directory, ignore_errors=True)  # nothing was written but a part of the plan
+        raise
+
+
+def plan_records(config: ShardConfig, directory: Path, output_format: str) -> tuple[LayoutHandler, Iterator[Item]]:
+    """Plan ``config.raw`` into ``directory``; the layout's handler and every raw record in plan order.
+
+    What a run cleans, without writing anything (for benchmarks: ``write_loop.clean_item(handler, item)``).
+    """
+    choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
+    plan = make_run_plan(config, choice, directory, config.fingerprint())
+    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    return handler, (record for unit in plan.units(0, len(plan)) for record in handler.records(unit))
