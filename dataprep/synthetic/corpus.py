@@ -69,8 +69,9 @@ def _vocabulary(seed: int) -> tuple[tuple[str, ...], np.ndarray]:
     """(words, cumulative Zipf probabilities): made-up words, with the real ones of ``vocab`` among the frequent."""
     rng = np.random.default_rng([seed, STREAM_CORPUS, 2**32])
     made_up = {"".join(rng.choice(_SYLLABLES, int(rng.integers(1, 5)))) for _ in range(2 * _VOCABULARY)}
-    words = sorted(made_up)[:_VOCABULARY - len(WORDS)]
+    words = sorted(made_up)  # a set's order varies between runs; sorted, then shuffled by the seed
     rng.shuffle(words)
+    del words[_VOCABULARY - len(WORDS):]
     words[5:5] = WORDS  # among the frequent words: non-ASCII bytes in every document
     weights = 1.0 / np.arange(1, len(words) + 1) ** _ZIPF_S
     return tuple(words), np.cumsum(weights / weights.sum())
