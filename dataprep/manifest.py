@@ -129,7 +129,8 @@ class Totals:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Totals:
-        return cls(int(doc["inputs_seen"]), int(doc["samples_kept"]), int(doc["rejected"]), dict(doc.get("rejected_by_reason", {})))
+        return cls(inputs_seen=int(doc["inputs_seen"]), samples_kept=int(doc["samples_kept"]),
+                   rejected=int(doc["rejected"]), rejected_by_reason=dict(doc.get("rejected_by_reason", {})))
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ class Manifest:
     def from_json(cls, doc: dict[str, Any], *, where: str = MANIFEST_NAME) -> Manifest:
         version = doc.get("version")
         if version not in READABLE_VERSIONS:
-            raise FormatError(f"{where}: manifest version {version!r} not supported (expected one of {READABLE_VERSIONS})")
+            raise FormatError(f"{where}: manifest version {version!r} not supported "
+                              f"(expected one of {READABLE_VERSIONS})")
         try:
             return cls(
                 format=doc["format"],

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import socket
 import sys
 import time
@@ -165,6 +166,23 @@ class Progress:
             self._stream.write("\r\x1b[K")
             self._stream.flush()
             self._drawn = False
+
+
+def process_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its children reaped so far."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds all cores have been busy since boot (/proc/stat), None where unavailable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def check_int(name: str, value: object, minimum: int) -> int:

@@ -38,7 +38,6 @@ import contextlib
 import datetime as dt
 import itertools
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -60,7 +59,16 @@ from dataprep.write_loop import clean_item
 from dataprep.writers import EncodedSample, TarShardWriter
 from loaders.topology import cpus_available
 from tools._pagecache import resident_fraction
-from tools._report import ToolError, add_output_args, check_int, emit, format_table, machine_info
+from tools._report import (
+    ToolError,
+    add_output_args,
+    check_int,
+    emit,
+    format_table,
+    machine_busy_s,
+    machine_info,
+    process_cpu_s,
+)
 
 TOOL = "shard_bench"
 TARGET_RATIO = 0.90
@@ -290,28 +298,12 @@ class ShardRun:
     rejected: int
 
 
-def _process_cpu_s() -> float:
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _machine_busy_s() -> float | None:
-    """CPU seconds all cores have been busy since boot (/proc/stat), None where unavailable."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def time_shard(raw: Path, out: Path, workers: int) -> ShardRun:
     """Run ``dataprep shard RAW OUT --workers N`` into a fresh ``out``, in this process, and time it."""
     config = shard_config(raw, out, workers)
-    busy, cpu, start = _machine_busy_s(), _process_cpu_s(), time.perf_counter()
+    busy, cpu, start = machine_busy_s(), process_cpu_s(), time.perf_counter()
     summary = shard(config, argv=("dataprep", "shard", os.fspath(raw), os.fspath(out), "--workers", str(workers)))
-    wall, cpu, busy_after = time.perf_counter() - start, _process_cpu_s() - cpu, _machine_busy_s()
+    wall, cpu, busy_after = time.perf_counter() - start, process_cpu_s() - cpu, machine_busy_s()
     others = None if busy is None or busy_after is None else max(busy_after - busy - cpu, 0.0)
     return ShardRun(max(wall, 1e-9), cpu, others, summary.totals.samples_kept, summary.totals.rejected)
 
@@ -405,7 +397,7 @@ def record_result(report: ShardBenchReport, path: Path | None = None, *, now: dt
     """Append a dated entry (figures and machine) to ``path`` (default ``RESULTS_PATH``), creating it with a header."""
     path = RESULTS_PATH if path is None else path
     machine = machine_info()
-    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
     entry = (
         f"\n## {stamp}: shard_bench\n\n"
         f"- machine: {machine['cpu_model'] or 'unknown CPU'}, {report.cores} cores available of {machine['cores_total']}, "

@@ -1,5 +1,5 @@
-"""``python -m dataprep.synthetic OUT [--images N] [--classes K] [--seed S] [--no-broken] [--no-tables]
-[--no-text]``."""
+"""``python -m dataprep.synthetic OUT [--images N] [--classes K] [--seed S] [--no-broken] [--no-tables] [--no-text]
+[--documents N]``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``make_dataset``: the image tree, the tables and the text under one root, in one report."""
+"""``make_dataset``: the image tree, the tables, the text and the text corpus under one root, in one report."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from dataprep.synthetic.corpus import make_corpus
 from dataprep.synthetic.images import make_image_tree
 from dataprep.synthetic.sink import Sink, prepare_dir
 from dataprep.synthetic.spec import SyntheticReport, SyntheticSpec
@@ -14,9 +15,10 @@ from dataprep.synthetic.text import write_text
 
 
 def make_dataset(root: str | os.PathLike[str], spec: SyntheticSpec | None = None) -> SyntheticReport:
-    """Write ``images/``, ``tables/`` and ``text/`` under ``root`` (created; must be empty or absent).
+    """Write ``images/``, ``tables/``, ``text/`` and, with ``spec.documents``, ``corpus/`` under ``root``.
 
-    ``spec``: what to write (default ``SyntheticSpec()``).
+    ``root`` is created and must be empty or absent; ``spec``: what to write (default
+    ``SyntheticSpec()``). The corpus needs ``tokenizers`` (its ``tokenizer.json``).
     """
     spec = spec if spec is not None else SyntheticSpec()
     top = Path(root)
@@ -26,6 +28,7 @@ def make_dataset(root: str | os.PathLike[str], spec: SyntheticSpec | None = None
     sink = Sink()
     table_rejects = write_tables(top / "tables", spec.seed, sink) if spec.tables else {}
     text_files = write_text(top / "text", spec.seed, sink) if spec.text else 0
+    corpus = make_corpus(top / "corpus", spec.seed, spec.documents, sink) if spec.documents else None
     return dataclasses.replace(
         tree,
         root=top,
@@ -34,4 +37,5 @@ def make_dataset(root: str | os.PathLike[str], spec: SyntheticSpec | None = None
         text_files=text_files,
         bytes_written=tree.bytes_written + sink.bytes_written,
         table_rejects=table_rejects,
+        corpus=corpus,
     )

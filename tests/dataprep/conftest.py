@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from dataprep.synthetic import SyntheticReport, SyntheticSpec, make_dataset
+from dataprep.tokenizer import Tokenizer, load_tokenizer
+from tests.dataprep.token_samples import trained_bpe
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +25,16 @@ def image_tree(synthetic: SyntheticReport, tmp_path: Path) -> Path:
     dst = tmp_path / "images"
     shutil.copytree(synthetic.root / "images", dst, symlinks=True)
     return dst
+
+
+@pytest.fixture(scope="session")
+def bpe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE ``tokenizer.json``: 600 ids, ``<|endoftext|>`` = 0, trained on corpus text (tokenizers)."""
+    pytest.importorskip("tokenizers")
+    return trained_bpe(tmp_path_factory.mktemp("bpe") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def bpe(bpe_path: Path) -> Tokenizer:
+    """``bpe_path`` loaded as dataprep loads a tokenizer."""
+    return load_tokenizer(bpe_path)

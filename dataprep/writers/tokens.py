@@ -1,0 +1,236 @@
+"""Token shards: each document's ids appended to ``<shard>.bin``, its ``<shard>.idx`` written on close.
+
+A shard is a Megatron-Core ``IndexedDataset`` pair (format: ``dataprep.token_shards``), named
+``f"{prefix}-{n:06d}.bin"`` and ``.idx`` (the write loop passes ``prefix = f"{run prefix}-{range:05d}"``,
+as for tar and Parquet shards). One sequence per document, in write order.
+
+Both files are written under temporary names (``fsutil.tmp_path_for``) and fsync'd, then
+renamed: the ``.bin`` first, the ``.idx`` last, each rename made durable before the next. The
+``.idx`` is the commit point: a ``.bin`` without its ``.idx`` is not a shard (Megatron cannot
+open it) and is the only thing a crash between the two renames can leave; if the ``.idx``
+rename fails, the ``.bin`` is taken back. sha256 of both are computed while writing.
+``max_shard_bytes`` bounds the ``.bin`` and ``.idx`` together, as they will be on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from dataprep.fsutil import commit_tmp, fsync_dir, start_writeback, tmp_path_for
+from dataprep.manifest import ShardInfo
+from dataprep.records import CleanRecord
+from dataprep.token_shards import BIN_SUFFIX, DTYPE_CODES, IDX_HEADER_BYTES, IDX_SUFFIX, encode_index
+from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, ShardLimits, ShardNaming, WriterLifecycle, remove_quietly
+
+__all__ = ["INDEX_BYTES_PER_DOCUMENT", "TOKENS_FIELD", "TokenShardWriter", "TokenizedDocument", "index_path_for"]
+
+TOKENS_FIELD = "tokens"  # a CleanRecord's field holding its token ids
+# What a document adds to the .idx: an int32 length, an int64 pointer, an int64 document index.
+INDEX_BYTES_PER_DOCUMENT = 4 + 8 + 8
+_EMPTY_INDEX_BYTES = IDX_HEADER_BYTES + 8  # header and the closing document index
+WRITEBACK_BYTES = 8 * 2**20  # start the disk writeback of a growing .bin every this many bytes
+_MAX_DOCUMENT_TOKENS = np.iinfo(np.int32).max
+
+
+def index_path_for(bin_path: str | os.PathLike[str]) -> Path:
+    """The ``.idx`` that goes with ``<prefix>.bin``."""
+    return Path(bin_path).with_suffix(IDX_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizedDocument:
+    """One document as token ids: 1-D integer array (CPU), EOS included; key and source for error messages."""
+
+    key: str
+    source: str
+    tokens: np.ndarray
+
+
+def _document_of(record: CleanRecord | TokenizedDocument) -> TokenizedDocument:
+    if isinstance(record, TokenizedDocument):
+        return record
+    tokens = record.fields.get(TOKENS_FIELD)
+    if not isinstance(tokens, np.ndarray):
+        raise TypeError(f"sample {record.key!r}: a token shard takes a {TOKENS_FIELD!r} field holding a numpy array "
+                        f"(got {type(tokens).__name__}; fields {sorted(record.fields)})")
+    return TokenizedDocument(record.key, record.source, tokens)
+
+
+def _as_dtype(doc: TokenizedDocument, dtype: np.dtype) -> np.ndarray:
+    """The document's ids in ``dtype``, little-endian; ValueError naming the key if they do not fit."""
+    tokens = doc.tokens
+    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"sample {doc.key!r}: token ids must be a 1-D integer array "
+                         f"(got {tokens.dtype} {tokens.shape})")
+    if tokens.shape[0] > _MAX_DOCUMENT_TOKENS:
+        raise ValueError(f"sample {doc.key!r}: {tokens.shape[0]} tokens; the index holds at most "
+                         f"{_MAX_DOCUMENT_TOKENS} per document")
+    if tokens.dtype != dtype and tokens.size:
+        info = np.iinfo(dtype)
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < info.min or high > info.max:
+            raise ValueError(f"sample {doc.key!r}: token ids {low}..{high} do not fit the shard dtype {dtype} "
+                             f"({info.min}..{info.max})")
+    return tokens.astype(dtype.newbyteorder("<"), copy=False)
+
+
+@dataclass
+class _OpenShard:
+    """A shard being written: the .bin under its temporary name, the documents' lengths so far."""
+
+    name: str
+    final: Path
+    tmp: Path
+    fileobj: BinaryIO
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    lengths: array = field(default_factory=lambda: array("q"))
+    position: int = 0  # bytes of the .bin written so far
+    written_back: int = 0
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def closed_bytes(self) -> int:
+        """The .bin and .idx together, were the shard closed now."""
+        return self.position + _EMPTY_INDEX_BYTES + INDEX_BYTES_PER_DOCUMENT * self.num_documents
+
+    def add(self, tokens: np.ndarray) -> None:
+        data = tokens.tobytes()
+        self.fileobj.write(data)
+        self.digest.update(data)
+        self.position += len(data)
+        self.lengths.append(int(tokens.shape[0]))
+        if self.position - self.written_back >= WRITEBACK_BYTES:
+            self.fileobj.flush()
+            start_writeback(self.fileobj.fileno(), self.written_back, self.position - self.written_back)
+            self.written_back = self.position
+
+
+class TokenShardWriter(WriterLifecycle):
+    """Writes tokenized documents into Megatron-Core ``IndexedDataset`` shards (``.bin`` + ``.idx``).
+
+    ``write`` takes a ``TokenizedDocument`` or a ``CleanRecord`` whose ``"tokens"`` field is a
+    1-D integer array (ids of ``dtype`` or ids that fit it). ``ShardInfo``: ``name`` the
+    ``.bin``, ``bytes``/``sha256`` of it, ``index``/``index_sha256`` the ``.idx``,
+    ``num_samples`` documents, ``num_tokens`` their tokens. Memory: 8 bytes per document
+    of the open shard. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        dtype: DTypeLike,
+        prefix: str = "shard",
+        max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES,
+        max_samples_per_shard: int | None = None,
+        start_shard: int = 0,
+    ) -> None:
+        shard_dtype = np.dtype(dtype)
+        if shard_dtype not in DTYPE_CODES or not np.issubdtype(shard_dtype, np.integer):
+            raise ValueError(f"'dtype' must be an integer dtype Megatron knows (got {shard_dtype}; usually "
+                             "dataprep.token_shards.token_dtype(vocab_size))")
+        self._dtype = shard_dtype
+        self._limits = ShardLimits(max_shard_bytes, max_samples_per_shard)
+        self._naming = ShardNaming(Path(out_dir), prefix, BIN_SUFFIX, start_shard)
+        self._next_shard = start_shard
+        self._open: _OpenShard | None = None
+        self._done: list[ShardInfo] = []
+        self._is_finished = False
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Every shard completed so far, in order."""
+        return tuple(self._done)
+
+    def write(self, record: CleanRecord | TokenizedDocument) -> list[ShardInfo]:
+        """Add one document; returns the shard this call completed, if any (both files already final)."""
+        if self._is_finished:
+            raise ValueError("write() on a TokenShardWriter that was closed or aborted")
+        doc = _document_of(record)
+        tokens = _as_dtype(doc, self._dtype)
+        closed: list[ShardInfo] = []
+        shard = self._open
+        if shard is not None and self._limits.is_overflow(
+                shard.closed_bytes, shard.num_documents, tokens.nbytes + INDEX_BYTES_PER_DOCUMENT):
+            closed.append(self._finish_open())
+        shard = self._open or self._start_shard()
+        try:
+            shard.add(tokens)
+        except OSError as err:
+            # The .bin now ends in part of a document: nothing more can go into it.
+            err.add_note(f"while writing sample {doc.key!r} to {shard.tmp}")
+            self.abort()
+            raise
+        if self._limits.is_full(shard.num_documents):
+            closed.append(self._finish_open())
+        return closed
+
+    def abort(self) -> None:
+        """Close and remove the temporary files of the open shard; completed shards stay."""
+        self._is_finished = True
+        shard, self._open = self._open, None
+        if shard is not None:
+            shard.fileobj.close()
+            remove_quietly(shard.tmp)
+            remove_quietly(tmp_path_for(index_path_for(shard.final)))
+
+    def _start_shard(self) -> _OpenShard:
+        final = self._naming.path(self._next_shard)
+        tmp = tmp_path_for(final)
+        self._open = _OpenShard(final.name, final, tmp, open(tmp, "wb"))  # noqa: SIM115 (lives as long as the shard)
+        self._next_shard += 1
+        return self._open
+
+    def _finish_open(self) -> ShardInfo:
+        shard = self._open
+        if shard is None:
+            raise RuntimeError("no open shard to finish")  # internal invariant, not user input
+        try:
+            info = self._commit(shard)
+        except OSError as err:
+            err.add_note(f"while completing shard {shard.final}")
+            self.abort()
+            raise
+        self._open = None
+        self._done.append(info)
+        return info
+
+    def _commit(self, shard: _OpenShard) -> ShardInfo:
+        """fsync both files under their temporary names, then rename the .bin, then the .idx."""
+        shard.fileobj.flush()
+        os.fsync(shard.fileobj.fileno())
+        shard.fileobj.close()
+        lengths = np.frombuffer(shard.lengths, dtype=np.int64) if shard.lengths else np.zeros(0, np.int64)
+        index = encode_index(self._dtype, lengths)
+        index_final = index_path_for(shard.final)
+        index_tmp = tmp_path_for(index_final)
+        with open(index_tmp, "wb") as f:
+            f.write(index)
+            f.flush()
+            os.fsync(f.fileno())
+        commit_tmp(shard.tmp, shard.final)
+        try:
+            os.replace(index_tmp, index_final)
+        except OSError:
+            remove_quietly(shard.final)  # without its .idx the .bin must not stay under its final name
+            raise
+        fsync_dir(index_final.parent)
+        return ShardInfo(name=shard.name, num_samples=shard.num_documents, bytes=shard.position,
+                         sha256=shard.digest.hexdigest(), index=index_final.name,
+                         num_tokens=int(lengths.sum(dtype=np.int64)),
+                         index_sha256=hashlib.sha256(index).hexdigest())
