@@ -266,7 +266,8 @@ def _run_child(cmd: list[str], env: Mapping[str, str], log_path: Path, events_pa
             size = events_path.stat().st_size if events_path.exists() else 0
             if size != last_size:
                 last_size, last_change = size, time.monotonic()
-                if finished_at is None and b'"finished"' in events_path.read_bytes()[-300:]:
+                # size 0: the child has not created the file yet (a slow start on a busy machine).
+                if size and finished_at is None and b'"finished"' in events_path.read_bytes()[-300:]:
                     finished_at = time.monotonic()
             stuck = time.monotonic() - last_change > timeout_s + WATCHDOG_GRACE_S + 60
             if (finished_at is not None and time.monotonic() - finished_at > exit_grace_s) or stuck:
