@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -67,6 +68,7 @@ class RemoteStore:
         self._transport: Transport | None = None
         self._pid = -1
         self._lock = threading.Lock()
+        _LIVE.add(self)
 
     def describe(self) -> str:
         return str(self.url)
@@ -183,3 +185,17 @@ class RemoteStore:
             except TransportError as err:
                 retrier.failed(err)
 
+
+_LIVE: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held a lock at the fork: the child's copies start unlocked."""
+    global _import_lock
+    _import_lock = threading.Lock()
+    for store in list(_LIVE):
+        store._lock = threading.Lock()
+        store.retries = RetryCounter()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -61,3 +61,11 @@ def scrub(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + _MASK, text)
     return text
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

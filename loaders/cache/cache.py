@@ -43,7 +43,7 @@ from loaders.cache.layout import BLOCK_BYTES, CacheLayout
 from loaders.cache.lease import Lease
 from loaders.cache.locks import lock_file, unlock_close
 from loaders.cache.prefetch import Prefetcher
-from loaders.cache.schedule import Position, Schedule
+from loaders.cache.schedule import Position, Schedule, by_distance
 from loaders.cache.space import Claim, ClaimKind, Space
 from loaders.errors import ConfigError, ShardError
 
@@ -51,6 +51,7 @@ __all__ = ["CacheStats", "ShardCache"]
 
 log = logging.getLogger("loaders.cache")
 STATE_VERSION = 1
+_MAX_HORIZON = 1 << 16
 KEY_VERSION, KEY_POSITIONS = "version", "positions"
 
 
@@ -85,6 +86,9 @@ class ShardCache:
         self._prefetcher = Prefetcher(self)
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._sizes: dict[str, int] = {}
+        # Opens per stream worth planning for: more objects than the limit can hold change nothing.
+        smallest = min((s.bytes for s in catalog.manifest.shards if s.bytes > 0), default=1)
+        self._horizon = min(config.limit_bytes // smallest + 2, _MAX_HORIZON)
         self._closed = False
         _LIVE.add(self)
 
@@ -117,6 +121,7 @@ class ShardCache:
         self._check_open()
         self._schedule = self._schedule.with_epoch(epoch, uses, keep_from=epoch - 1)
         if self.config.prefetch:
+            self._prefetcher.replanned()
             self._prefetcher.start()
             self._prefetcher.wake()
 
@@ -161,22 +166,26 @@ class ShardCache:
         self.close()
 
     # -- used by the prefetcher --
-    def distances_by_key(self) -> dict[str, float]:
-        """Opens until each planned object's next use, keyed by its local key."""
+    def next_uses(self) -> dict[str, float]:
+        """Opens until each planned object's next use, by name, from every reader's position (within the horizon)."""
+        return self._schedule.distances(self._board.read_all(), self._horizon)
+
+    def by_key(self, next_uses: Mapping[str, float]) -> dict[str, float]:
+        """``next_uses`` keyed by local key (two names with the same content: the sooner)."""
         found: dict[str, float] = {}
-        for name, steps in self._schedule.distances(self._board.read_all()).items():
+        for name, steps in next_uses.items():
             key = self.catalog.entry(name).key
             found[key] = min(steps, found.get(key, steps))
         return found
 
-    def candidates(self, distance: Mapping[str, float]) -> list[tuple[CacheEntry, int, float]]:
+    def candidates(self, next_uses: Mapping[str, float]) -> list[tuple[CacheEntry, int, float]]:
         """Planned objects of known size not in the cache, soonest needed first: (entry, size, next use)."""
         cached = set(self.layout.object_keys())
         found = []
-        for name in self._schedule.upcoming(self._board.read_all()):
+        for name in by_distance(next_uses):
             entry = self.catalog.entry(name)
             if entry.key not in cached and entry.size is not None:
-                found.append((entry, entry.size, distance.get(entry.key, float("inf"))))
+                found.append((entry, entry.size, next_uses[name]))
         return found
 
     def download(self, entry: CacheEntry, size: int, claim: Claim, *, stop: threading.Event | None = None) -> None:
@@ -202,7 +211,7 @@ class ShardCache:
             if lease is not None:
                 return lease
             size = self._size(entry)
-            claim = self.space.claim(entry, size, distance=self.distances_by_key(), need=0.0, demand=True)
+            claim = self.space.claim(entry, size, distance=self.by_key(self.next_uses()), need=0.0, demand=True)
             if claim.kind is ClaimKind.MINE:
                 self.download(entry, size, claim)
                 continue

@@ -59,6 +59,11 @@ class Prefetcher:
     def wake(self) -> None:
         self._wake.set()
 
+    def replanned(self) -> None:
+        """A new plan: objects whose planned download failed are tried again."""
+        with self._lock:
+            self._failed.clear()
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -91,8 +96,9 @@ class Prefetcher:
             self._wake.clear()
 
     def _round(self) -> None:
-        distance = self.cache.distances_by_key()
-        for entry, size, need in self.cache.candidates(distance):
+        next_uses = self.cache.next_uses()
+        distance = self.cache.by_key(next_uses)
+        for entry, size, need in self.cache.candidates(next_uses):
             with self._lock:
                 if len(self._inflight) >= self.cache.config.max_downloads:
                     return

@@ -9,7 +9,8 @@ through the planned epochs in order, so distances cross the epoch boundary.
 ``next_use`` is the number of opens until an object is needed again (the smallest over
 the streams; ``inf`` when never): the cache keeps what is needed soonest and evicts what is
 needed last (Belady's rule). ``upcoming`` lists the objects in the order they will be
-needed, which is the order to prefetch them.
+needed, which is the order to prefetch them. A ``horizon`` (opens per stream) bounds the
+work: what lies beyond what the cache could hold is "not needed soon" either way.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Position", "Schedule", "eviction_order"]
+__all__ = ["Position", "Schedule", "by_distance", "eviction_order"]
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -61,30 +62,33 @@ class Schedule:
                 continue
         return None
 
-    def timeline(self, stream: str, at: Position) -> Iterable[str]:
-        """The names ``stream`` opens from ``at`` on, across the planned epochs."""
+    def timeline(self, stream: str, at: Position, horizon: int | None = None) -> list[str]:
+        """The names ``stream`` opens from ``at`` on, across the planned epochs (the first ``horizon`` of them)."""
+        found: list[str] = []
         for epoch, uses in self.epochs.items():
-            if epoch < at.epoch:
+            if epoch < at.epoch or (horizon is not None and len(found) >= horizon):
                 continue
-            names = uses.get(stream, ())
-            yield from names[at.index:] if epoch == at.epoch else names
+            names = uses.get(stream, ())[at.index if epoch == at.epoch else 0 :]
+            found.extend(names if horizon is None else names[: horizon - len(found)])
+        return found
 
     def distances(self, cursors: Mapping[str, Position], horizon: int | None = None) -> dict[str, float]:
-        """Opens until each planned object's next use, over all streams (absent: never needed again)."""
+        """Opens until each planned object's next use, over all streams (absent: not needed within ``horizon``)."""
         found: dict[str, float] = {}
-        for stream in self.streams:
-            at = cursors.get(stream, self.start())
-            for step, name in enumerate(self.timeline(stream, at)):
-                if horizon is not None and step >= horizon:
-                    break
+        for stream in sorted(self.streams):
+            for step, name in enumerate(self.timeline(stream, cursors.get(stream, self.start()), horizon)):
                 if step < found.get(name, math.inf):
                     found[name] = step
         return found
 
-    def upcoming(self, cursors: Mapping[str, Position]) -> list[str]:
-        """Every planned object from the readers' positions on, soonest needed first (ties: by name)."""
-        distances = self.distances(cursors)
-        return sorted(distances, key=lambda name: (distances[name], name))
+    def upcoming(self, cursors: Mapping[str, Position], horizon: int | None = None) -> list[str]:
+        """The planned objects from the readers' positions on, soonest needed first (ties: by name)."""
+        return by_distance(self.distances(cursors, horizon))
+
+
+def by_distance(distances: Mapping[str, float]) -> list[str]:
+    """Names in order of next use, soonest first (ties: by name)."""
+    return sorted(distances, key=lambda name: (distances[name], name))
 
 
 def eviction_order(keys: Iterable[str], distance: Mapping[str, float]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import random
@@ -82,11 +83,13 @@ def test_a_body_cut_short_is_read_again_from_where_it_stopped(s3_env: str, bucke
     assert proxy.body_bytes("ds/x.bin") < 2 * len(data)
 
 
-def test_a_fifth_of_requests_failing_with_503_slowdown_still_completes(s3_env: str, bucket: str,
-                                                                       proxy: FaultProxy) -> None:
+@pytest.mark.parametrize("request_retries", [3, 0], ids=["transport-retries", "client-retries"])
+def test_a_fifth_of_requests_failing_with_503_slowdown_still_completes(s3_env: str, bucket: str, proxy: FaultProxy,
+                                                                       request_retries: int) -> None:
     objects = {f"o{i}.bin": _data(20_000, i) for i in range(20)}
     proxy.add(Fault(FaultKind.SLOWDOWN, method=None, key="ds/", times=None, fraction=0.2))
-    with RemoteStore(f"s3://{bucket}/ds", FAST) as store:
+    config = dataclasses.replace(FAST, request_retries=request_retries)
+    with RemoteStore(f"s3://{bucket}/ds", config) as store:
         for name, data in objects.items():
             store.put(name, data)
         for name, data in objects.items():
@@ -97,6 +100,8 @@ def test_a_fifth_of_requests_failing_with_503_slowdown_still_completes(s3_env: s
     assert slowdowns > 0
     assert proxy.total_requests() == answered + slowdowns  # each failure retried once, nothing else repeated
     assert slowdowns < answered  # bounded: about a quarter of the answered requests, not a storm
+    if request_retries == 0:
+        assert store.retries.value == slowdowns  # each one retried by the client, with backoff
 
 
 def test_a_server_that_is_gone_ends_in_a_timeout_naming_the_url(monkeypatch: pytest.MonkeyPatch,

@@ -99,3 +99,10 @@ def test_prefetch_crosses_the_epoch_boundary(tmp_path: Path) -> None:
         cache.plan(1, {"r0": [s3, s2]})
         wait_until(lambda: cache.stats.downloads == 4)  # no open: all planned, both epochs
         assert _objects(cache) == {s0, s1, s2, s3}
+
+
+def test_a_horizon_bounds_how_far_ahead_each_stream_is_read() -> None:
+    schedule = Schedule().with_epoch(0, {"r0": ["a", "b"]}).with_epoch(1, {"r0": ["c", "d"], "r1": ["e"]})
+    assert schedule.timeline("r0", Position(0, 1), 2) == ["b", "c"]
+    assert schedule.distances({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == {"b": 0, "c": 1, "e": 0}
+    assert schedule.upcoming({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == ["b", "e", "c"]
