@@ -3,7 +3,7 @@
 obstore's runtime does not survive ``fork``: a child forked after its parent used it hangs
 on its first request. Such a child (a DataLoader worker process) uses ``HelperTransport``
 instead: each operation goes to a helper, a fresh interpreter started with
-``python -m dataprep.remote.helper`` (no fork), that runs it with ``ObstoreTransport`` and
+``python -m dataprep.remote`` (no fork), that runs it with ``ObstoreTransport`` and
 streams the answer back over a pipe as pickled frames:
 
 Each frame is an 8-byte little-endian length and a pickle:
@@ -51,7 +51,7 @@ class _Helper:
         root = str(Path(dataprep.__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        argv = [sys.executable, "-m", "dataprep.remote.helper", str(url), json.dumps(dataclasses.asdict(config))]
+        argv = [sys.executable, "-m", "dataprep.remote", str(url), json.dumps(dataclasses.asdict(config))]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
                                      bufsize=0)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -255,7 +255,7 @@ def _read(stdin: IO[bytes]) -> tuple[Any, ...] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Serve requests from stdin until it closes (the entry point of ``python -m dataprep.remote.helper``)."""
+    """Serve requests from stdin until it closes (the entry point of ``python -m dataprep.remote``)."""
     url_text, config_json = argv if argv is not None else sys.argv[1:3]
     transport = ObstoreTransport(parse_url(url_text), RemoteConfig(**json.loads(config_json)))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -266,6 +266,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write(stdout, ("error", err.kind.value, err.what, err.detail))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -282,7 +281,7 @@ class ShardCache:
             log.warning("%s changed since this cache last read it (manifest sha256 %s -> %s): %s; changed shards are "
                         "fetched again", self.catalog.url, old.identity[:12], self.catalog.identity[:12],
                         _changes(old, self.catalog))
-        if not self.space.place(path, data, f".{uuid.uuid4().hex}.tmp"):
+        if not self.space.place(path, data):
             log.warning("%s: no room for the manifest's copy in %s (every shard is being read); not kept",
                         self.catalog.url, self.layout.root)
 

@@ -105,9 +105,9 @@ class CursorBoard:
         return True
 
     def _remove(self, token: str) -> None:
-        for suffix in (".json", ".alive"):
+        for name in (f"{token}.json", f".{token}.json.tmp", f"{token}.alive"):  # the lock file last
             try:
-                os.unlink(self.layout.streams / f"{token}{suffix}")
+                os.unlink(self.layout.streams / name)
             except FileNotFoundError:
                 pass
 

@@ -18,6 +18,7 @@ import os
 import threading
 from pathlib import Path
 
+from dataprep.fsutil import start_writeback
 from dataprep.remote import ObjectMeta, RemoteError, RemoteStore
 from loaders.cache.catalog import CacheEntry
 from loaders.cache.errors import ShardFetchError, ShardIntegrityError
@@ -26,6 +27,7 @@ __all__ = ["DownloadStopped", "fill", "publish"]
 
 log = logging.getLogger("loaders.cache")
 _HASH_READ = 1 << 20
+_WRITEBACK_BYTES = 16 << 20
 
 
 class DownloadStopped(Exception):
@@ -86,6 +88,7 @@ def _stream(store: RemoteStore, entry: CacheEntry, size: int, fd: int, offset: i
         if meta.size != size:
             raise _SizeMismatch(meta.size)
 
+    flushed = offset
     try:
         for chunk in store.iter_range(entry.name, offset, size, on_meta=check) if offset < size else ():
             if stop is not None and stop.is_set():
@@ -93,6 +96,9 @@ def _stream(store: RemoteStore, entry: CacheEntry, size: int, fd: int, offset: i
             _write_all(fd, chunk, offset)
             digest.update(chunk)
             offset += len(chunk)
+            if offset - flushed >= _WRITEBACK_BYTES:  # the disk writes while the network reads: a short fsync
+                start_writeback(fd, flushed, offset - flushed)
+                flushed = offset
     except _SizeMismatch as err:
         raise ShardIntegrityError(f"shard {entry.name} ({url}) is {err.store_size} bytes in the store, the manifest "
                                   f"says {size} (rewritten without its manifest?)", shard=entry.name, url=url) from None

@@ -90,7 +90,7 @@ class Prefetcher:
                 log.debug("process %d prefetches for the node", os.getpid())
             try:
                 self._round()
-            except CacheError as err:  # the readers see it when they need the object; keep planning
+            except (CacheError, OSError) as err:  # the readers meet it when they need the object; keep planning
                 log.warning("prefetch: %s", err)
             self._wake.wait(_IDLE_S)
             self._wake.clear()
@@ -122,7 +122,7 @@ class Prefetcher:
             self.cache.download(entry, size, claim, stop=self._stop)
         except DownloadStopped:
             pass
-        except CacheError as err:
+        except (CacheError, OSError) as err:
             with self._lock:
                 self._failed.add(entry.name)
             log.warning("prefetch of %s failed (a read of it will try again): %s", entry.name, err)

@@ -75,12 +75,12 @@ class Space:
                 raise RuntimeError(f"{partial}: created under the space lock, yet locked by another process")
             return Claim(ClaimKind.MINE, fd, partial)
 
-    def place(self, path: Path, data: bytes, tmp_suffix: str) -> bool:
+    def place(self, path: Path, data: bytes) -> bool:
         """Write a small file of the cache's own (the manifest's copy) within the limit; False when no room."""
         with held(self.layout.space_lock, timeout_s=self.config.timeout_s, poll_s=self.config.poll_s, what="space"):
             if not self._make_room(-(-len(data) // BLOCK_BYTES) * BLOCK_BYTES, {}, need=0.0, demand=True):
                 return False
-            tmp = path.with_name(path.name + tmp_suffix)
+            tmp = path.with_name(f".{path.name}.tmp")  # one writer at a time: the space lock is held
             tmp.write_bytes(data)
             os.replace(tmp, path)
         return True

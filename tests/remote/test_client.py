@@ -161,7 +161,8 @@ def test_large_objects_go_in_parts_and_a_failed_upload_leaves_nothing_open(
 
 def _read_in_child(url: str, name: str, expected: bytes, queue: multiprocessing.Queue[object]) -> None:
     store = RemoteStore(url, FAST)  # fresh; the parent has used obstore in this memory image
-    queue.put((inline_transport_safe(), store.read_bytes(name) == expected))
+    store.put("from-child.bin", expected[:1000])
+    queue.put((inline_transport_safe(), store.read_bytes(name) == expected, [m.name for m in store.list()]))
 
 
 def test_a_forked_child_of_a_process_that_used_obstore_reads_through_a_helper(s3_env: str, bucket: str) -> None:
@@ -175,7 +176,8 @@ def test_a_forked_child_of_a_process_that_used_obstore_reads_through_a_helper(s3
         child.start()
         child.join(120)  # a hang guard only: obstore itself would hang here for ever
         assert child.exitcode == 0
-        assert queue.get(timeout=1) == (False, True)
+        assert queue.get(timeout=1) == (False, True, ["from-child.bin", "x.bin"])
+        assert store.read_bytes("from-child.bin") == _data(2 * MIB, 9)[:1000]
 
 
 def test_credentials_from_an_aws_profile(monkeypatch: pytest.MonkeyPatch, s3_env: str, bucket: str,
