@@ -1,8 +1,9 @@
 """Where every reader of the node is: each process publishes its readers' positions as a file.
 
 A reader is a thread of a process reading a stream; ``record`` notes its position at each
-``open``. The process writes its positions to ``streams/<token>.json`` (temporary file,
-then rename) and holds an exclusive flock on ``streams/<token>.alive`` while it lives.
+``open`` (and forgets threads that have ended). The process writes its positions to
+``streams/<token>.json`` (temporary file, then rename) and holds an exclusive flock on
+``streams/<token>.alive`` while it lives.
 ``read_all`` merges every live process's file: a stream's position is the smallest of its
 readers' (the slowest reader still needs what lies between it and the others), and the
 files of dead processes (their ``.alive`` lock is free) are removed.
@@ -43,7 +44,15 @@ class CursorBoard:
             if readers.get(reader) == position:
                 return
             readers[reader] = position
+            self._forget_ended_threads()
             self._publish()
+
+    def _forget_ended_threads(self) -> None:
+        """A reader thread that ended (a worker pool replaced per epoch) must not hold its stream back."""
+        alive = {t.ident for t in threading.enumerate()}
+        for readers in self._positions.values():
+            for reader in [r for r in readers if r not in alive]:
+                del readers[reader]
 
     def load(self, positions: Mapping[str, Position]) -> None:
         """Start from saved positions (resume): one reader per stream, this thread."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from pathlib import Path
 
 from hypothesis import given
@@ -106,3 +107,23 @@ def test_a_horizon_bounds_how_far_ahead_each_stream_is_read() -> None:
     assert schedule.timeline("r0", Position(0, 1), 2) == ["b", "c"]
     assert schedule.distances({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == {"b": 0, "c": 1, "e": 0}
     assert schedule.upcoming({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == ["b", "e", "c"]
+
+
+def test_a_stream_is_where_its_slowest_live_reader_is(tmp_path: Path) -> None:
+    from loaders.cache.cursors import CursorBoard
+    from loaders.cache.layout import CacheLayout
+
+    layout = CacheLayout(tmp_path)
+    layout.create()
+    board, other = CursorBoard(layout), CursorBoard(layout)  # two processes' boards, as far as files go
+    board.record("r0", Position(0, 5))
+    reader = threading.Thread(target=board.record, args=("r0", Position(0, 2)))
+    reader.start()
+    reader.join()
+    other.record("r1", Position(1, 0))
+    assert board.own() == {"r0": Position(0, 2)}  # the ended thread is forgotten only at the next record
+    board.record("r0", Position(0, 6))
+    assert board.own() == {"r0": Position(0, 6)}
+    assert other.read_all() == {"r0": Position(0, 6), "r1": Position(1, 0)}
+    other.close()
+    assert board.read_all() == {"r0": Position(0, 6)}
