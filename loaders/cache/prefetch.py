@@ -1,0 +1,132 @@
+"""Planned downloads: one process per node downloads ahead of the readers, in the order of use.
+
+Every process with a plan runs a ``Prefetcher`` thread, but only the one holding
+``leader.lock`` works; the others wait to take over (the kernel frees the lock when the
+leader's process ends, a ``kill -9`` included). The leader reads every reader's position,
+then claims the objects needed soonest that are not cached yet, at most ``max_downloads``
+at a time; a claim evicts only objects needed later than the one it brings, so it stops at
+the first that finds no room. It looks again when a download ends, a plan or a local read
+moves, or every ``_IDLE_S``. The thread and its downloads are daemons that stop with
+``stop()`` (a download stops at its next chunk, leaving a partial file to resume).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from loaders.cache.download import DownloadStopped
+from loaders.cache.errors import CacheError
+from loaders.cache.locks import lock_file, unlock_close
+from loaders.cache.space import Claim, ClaimKind
+
+if TYPE_CHECKING:
+    from loaders.cache.cache import ShardCache
+    from loaders.cache.catalog import CacheEntry
+
+__all__ = ["Prefetcher"]
+
+log = logging.getLogger("loaders.cache")
+_IDLE_S = 0.1  # how often the leader looks at other processes' positions
+_LEADER_POLL_S = 0.25  # how often a follower tries to take over
+_STOP_JOIN_S = 5.0
+
+
+class Prefetcher:
+    """The prefetch thread of one process (module docstring)."""
+
+    def __init__(self, cache: ShardCache) -> None:
+        self.cache = cache
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._leader_fd: int | None = None
+        self._inflight: dict[str, threading.Thread] = {}
+        self._failed: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_fd is not None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="shard-cache-prefetch", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def replanned(self) -> None:
+        """A new plan: objects whose planned download failed are tried again."""
+        with self._lock:
+            self._failed.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_STOP_JOIN_S)
+        if self._leader_fd is not None:
+            fd, self._leader_fd = self._leader_fd, None
+            unlock_close(fd)
+
+    def after_fork(self) -> None:
+        """In a forked child: no thread runs here, and the leader lock is the parent's."""
+        if self._leader_fd is not None:
+            os.close(self._leader_fd)
+        self.__init__(self.cache)  # type: ignore[misc]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._leader_fd is None:
+                self._leader_fd = lock_file(self.cache.layout.leader_lock, shared=False, wait=False, create=True)
+                if self._leader_fd is None:
+                    self._stop.wait(_LEADER_POLL_S)
+                    continue
+                log.debug("process %d prefetches for the node", os.getpid())
+            try:
+                self._round()
+            except (CacheError, OSError) as err:  # the readers meet it when they need the object; keep planning
+                log.warning("prefetch: %s", err)
+            self._wake.wait(_IDLE_S)
+            self._wake.clear()
+
+    def _round(self) -> None:
+        next_uses = self.cache.next_uses()
+        distance = self.cache.by_key(next_uses)
+        for entry, size, need in self.cache.candidates(next_uses):
+            with self._lock:
+                if len(self._inflight) >= self.cache.config.max_downloads:
+                    return
+                if entry.name in self._inflight or entry.name in self._failed:
+                    continue
+            claim = self.cache.space.claim(entry, size, distance=distance, need=need, demand=False)
+            if claim.kind is ClaimKind.NO_ROOM:
+                return
+            if claim.kind is ClaimKind.MINE:
+                self._launch(entry, size, claim)
+
+    def _launch(self, entry: CacheEntry, size: int, claim: Claim) -> None:
+        thread = threading.Thread(target=self._download, args=(entry, size, claim), daemon=True,
+                                  name=f"shard-cache-download-{entry.name}")
+        with self._lock:
+            self._inflight[entry.name] = thread
+        thread.start()
+
+    def _download(self, entry: CacheEntry, size: int, claim: Claim) -> None:
+        try:
+            self.cache.download(entry, size, claim, stop=self._stop)
+        except DownloadStopped:
+            pass
+        except (CacheError, OSError) as err:
+            with self._lock:
+                self._failed.add(entry.name)
+            log.warning("prefetch of %s failed (a read of it will try again): %s", entry.name, err)
+        finally:
+            with self._lock:
+                self._inflight.pop(entry.name, None)
+            self._wake.set()
