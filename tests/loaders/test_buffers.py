@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loaders.buffers import PinnedBufferPool
+from loaders.loader.buffers import PinnedBufferPool
 from loaders.errors import ConfigError, LoaderError
 
 

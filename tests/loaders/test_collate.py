@@ -14,11 +14,11 @@ import torch.utils.data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.collate import default_collate, stack_into
+from loaders.loader.collate import default_collate, stack_into
 from loaders.errors import BatchShapeError, SampleError
-from loaders.fetch import EpochSync, Fetched, fetch_samples, portable_error
-from loaders.outcome import BatchBuilder, CollateGuard, collate_outcome, failure_error
-from loaders.pinning import PinAfter
+from loaders.loader.fetch import EpochSync, Fetched, fetch_samples, portable_error
+from loaders.loader.batch_outcome import BatchBuilder, CollateGuard, collate_outcome, failure_error
+from loaders.loader.pinning import PinAfter
 from tests.loaders.resume_harness import items_equal
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

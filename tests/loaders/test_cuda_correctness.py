@@ -34,7 +34,7 @@ from loaders.augment import (
     RandomResizedCrop,
     batch_generator,
 )
-from loaders.buffers import PinnedBufferPool
+from loaders.loader.buffers import PinnedBufferPool
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, needs_cuda])]

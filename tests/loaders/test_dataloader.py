@@ -23,13 +23,13 @@ import torch
 import torch.utils.data
 from torch.utils.data import RandomSampler
 
-import loaders.dataloader as dataloader_mod
+import loaders.loader.dataloader as dataloader_mod
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
-from loaders.dataloader import DataLoader, OnError, WorkerType
+from loaders.loader.dataloader import DataLoader, OnError, WorkerType
 from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError, WorkerLostError
-from loaders.sampler import SampleIndex, ShardSampler
-from loaders.processes import dead_pids
-from loaders.topology import Topology
+from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.loader.process_workers import dead_pids
+from loaders.read.topology import Topology
 from tests.loaders.resume_harness import check_resume, check_resume_chain, standard_stops
 
 SIZE = 23
@@ -417,7 +417,7 @@ def test_skip_drops_failing_samples_and_counts_them(num_workers: int, worker_typ
                                                      caplog: pytest.LogCaptureFixture) -> None:
     loader = DataLoader(Numbers(10, bad=frozenset({2, 3, 8})), batch_size=2, num_workers=num_workers,
                         worker_type=worker_type, on_error="skip", max_skips=3)
-    with caplog.at_level(logging.WARNING, logger="loaders.failures"):
+    with caplog.at_level(logging.WARNING, logger="loaders.loader.failures"):
         it = iter(loader)
         got = [next(it)["y"].tolist(), next(it)["y"].tolist()]
         state = loader.state_dict()

@@ -13,7 +13,7 @@ import pytest
 from dataprep.index import ShardIndex, write_index
 from dataprep.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
 from loaders import ParquetShardDataset, SampleError, SampleIndex, ShardDataset, ShardError
-from loaders.transforms import RandomResizedCropDecode
+from loaders.read.transforms import RandomResizedCropDecode
 from tests.samples import tar_samples
 
 

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image, features
 
 from dataprep.synthetic import photo_like
-from loaders import decode
-from loaders.decode import (Backend, active_backend, available_backends, dct_scale_for,
+from loaders.read import decode
+from loaders.read.decode import (Backend, active_backend, available_backends, dct_scale_for,
                             decode_crop_resize, decode_rgb, image_size)
 from loaders.errors import ConfigError, SampleError
 from tests.samples import encode

@@ -187,7 +187,7 @@ def test_ranks_get_equal_batch_counts_and_all_reduce_never_waits(ranks: list[dic
 
 @pytest.mark.parametrize("name", ["odd", "odd-threads", "even-short-batch", "even"])
 def test_union_covers_every_sample_with_only_the_stated_repeats(ranks: list[dict[str, Any]], name: str) -> None:
-    from loaders.order import epoch_order
+    from loaders.read.order import epoch_order
 
     num_samples = CASES[name][0]
     for epoch in range(CASES[name][4]):
@@ -218,7 +218,7 @@ def test_order_does_not_depend_on_num_workers(ranks: list[dict[str, Any]]) -> No
 
 
 def test_every_rank_deals_its_share_of_the_same_epoch_permutation(ranks: list[dict[str, Any]]) -> None:
-    from loaders.order import epoch_order, rank_indices
+    from loaders.read.order import epoch_order, rank_indices
 
     num_samples = CASES["odd"][0]
     for epoch in range(CASES["odd"][4]):

@@ -23,7 +23,7 @@ from torch.utils.data import DistributedSampler, SequentialSampler
 from loaders import DataLoader, ShardDataset
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.errors import ConfigError
-from loaders.fetch import EpochSync
+from loaders.loader.fetch import EpochSync
 from tests.loaders.resume_harness import check_resume, items_equal
 
 SIZE = 14
@@ -378,10 +378,10 @@ def test_ranks_do_not_apply_the_same_augmentation_to_their_batch_k(monkeypatch: 
 
 
 def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
-    from loaders.failures import FailurePolicy
-    from loaders.plan import BatchPlan
-    from loaders.progress import KEY_FAILURES, KEY_PLAN, STATE_KEYS
-    from loaders.stage import StatefulStage
+    from loaders.loader.failures import FailurePolicy
+    from loaders.loader.batch_plan import BatchPlan
+    from loaders.loader.progress import KEY_FAILURES, KEY_PLAN, STATE_KEYS
+    from loaders.loader.stage import StatefulStage
 
     loader = DataLoader(Pictures(), sampler=SeededSampler(SIZE, 1), batch_size=3, num_workers=0)
     stages = loader._stages()
@@ -411,7 +411,7 @@ def test_a_state_from_another_world_size_is_refused(image_shards: Any) -> None:
 
 def test_a_transform_without_rng_in_thread_workers_is_said_to_be_unreproducible(
         image_shards: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("loaders.dataset._warned_threads", False)
+    monkeypatch.setattr("loaders.read.datasets._warned_threads", False)
     dataset = ShardDataset(image_shards, fields=("cls",), transform=lambda sample: sample)
     with DataLoader(dataset, batch_size=4, num_workers=2, worker_type="thread") as loader, \
             pytest.warns(UserWarning, match="not reseeded, so it is not reproducible"):

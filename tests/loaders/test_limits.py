@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from loaders import limits
+from loaders.loader import worker_start as limits
 from loaders.errors import ConfigError
-from loaders.limits import THREAD_ENV_VARS, WorkerInit, limit_threads
-from loaders.seeding import seed_worker, seeded_for, worker_seed
+from loaders.loader.worker_start import THREAD_ENV_VARS, WorkerInit, limit_threads
+from loaders.read.seeding import seed_worker, seeded_for, worker_seed
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
-from loaders.order import (
+from loaders.read.order import (
     OrderMode,
     epoch_order,
     epoch_rng,

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-import loaders.prefetch as prefetch
-from loaders.buffers import PinnedBufferPool
+import loaders.loader.prefetch as prefetch
+from loaders.loader.buffers import PinnedBufferPool
 from loaders.errors import ConfigError
-from loaders.prefetch import DevicePrefetcher, map_tensors, to_device
+from loaders.loader.prefetch import DevicePrefetcher, map_tensors, to_device
 
 Pair = namedtuple("Pair", ["image", "label"])
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -1,4 +1,4 @@
-"""The partial-decode lane (``loaders.region``, the ``_jpeg_region`` extension) against the full decode.
+"""The partial-decode lane (``loaders.read.region``, the ``_jpeg_region`` extension) against the full decode.
 
 The promise: the lane changes speed only. Every crop, scale, filter, flip and JPEG
 flavour gives the pixels the full-decode path gives (the lane disabled by monkeypatching
@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from dataprep.synthetic import photo_like
-from loaders import DataLoader, ShardDataset, region
-from loaders.decode import Interpolation, decode_crop_resize, dct_scale_for
+from loaders import DataLoader, ShardDataset
+from loaders.read import region
+from loaders.read.decode import Interpolation, decode_crop_resize, dct_scale_for
 from loaders.errors import SampleError
-from loaders.transforms import RandomResizedCropDecode, random_resized_crop_box
+from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
 
-pytestmark = pytest.mark.skipif(not region.is_available(), reason="loaders._jpeg_region not built here")
+pytestmark = pytest.mark.skipif(not region.is_available(), reason="loaders.read._jpeg_region not built here")
 
 
 def _jpeg(width: int, height: int, *, mode: str = "RGB", seed: int = 0, **options: object) -> bytes:

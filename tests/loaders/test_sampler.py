@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
-from loaders.order import OrderMode, epoch_order, rank_indices
-from loaders.sampler import STATE_VERSION, SampleIndex, ShardSampler
-from loaders.topology import Topology
+from loaders.read.order import OrderMode, epoch_order, rank_indices
+from loaders.read.sampler import STATE_VERSION, SampleIndex, ShardSampler
+from loaders.read.topology import Topology
 from tests.loaders import strategies as sfst
 from tests.loaders.resume_harness import check_resume, check_resume_chain, items_equal, standard_stops
 

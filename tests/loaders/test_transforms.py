@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from dataprep.synthetic import photo_like
-from loaders import decode
-from loaders.decode import Interpolation
+from loaders.read import decode
+from loaders.read.decode import Interpolation
 from loaders.errors import ConfigError, SampleError
-from loaders.transforms import (CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode,
+from loaders.read.transforms import (CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode,
                                 SampleTransform, center_crop_box, random_resized_crop_box)
 from tests.samples import encode
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.utils.data
 
-from loaders.collate import default_collate
+from loaders.loader.collate import default_collate
 from loaders.errors import SampleError, WorkerError
-from loaders.fetch import Fetched
-from loaders.limits import WorkerInit
-from loaders.outcome import BatchOutcome, CollateGuard
-from loaders.plan import Job
-from loaders.processes import GuardedDataset, IndexBatch, ProcessWorkers
-from loaders.workers import ThreadWorkers
+from loaders.loader.fetch import Fetched
+from loaders.loader.worker_start import WorkerInit
+from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
+from loaders.loader.batch_plan import Job
+from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
+from loaders.loader.thread_workers import ThreadWorkers
 
 
 def jobs(count: int, size: int = 2, epoch: int = 0) -> list[Job]:

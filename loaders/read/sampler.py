@@ -1,6 +1,6 @@
 """ShardSampler: a resumable, distributed, epoch-aware sampler over a dataset's sample indices.
 
-The stateful shell around ``loaders.order``: it remembers the epoch and how many samples
+The stateful shell around ``loaders.read.order``: it remembers the epoch and how many samples
 the training loop has consumed, and yields this rank's ``SampleIndex`` values from there.
 
 Resume state (version 1, keys are the module constants below)::
@@ -22,8 +22,8 @@ import numpy as np
 import torch.utils.data
 
 from loaders.errors import ConfigError
-from loaders.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
-from loaders.topology import Topology
+from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
+from loaders.read.topology import Topology
 
 STATE_VERSION = 1
 KEY_VERSION = "version"
@@ -42,7 +42,7 @@ class SampleIndex(NamedTuple):
     """What ShardSampler yields: a global sample index and the epoch it is read in.
 
     Datasets accept it in ``__getitem__`` and key per-sample randomness by
-    (seed, epoch, index), e.g. with ``loaders.order.sample_rng``.
+    (seed, epoch, index), e.g. with ``loaders.read.order.sample_rng``.
     """
 
     # The glossary's name; it hides tuple.index(), which nothing here needs.
@@ -101,7 +101,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
 
     num_samples: samples in the whole dataset (all shards). shuffle False reads in index
     order (mode SEQUENTIAL). seed: non-negative int shared by all ranks. mode and
-    block_size: see ``loaders.order.OrderMode``. drop_last: drop the ``n % world_size``
+    block_size: see ``loaders.read.order.OrderMode``. drop_last: drop the ``n % world_size``
     samples that do not split evenly, else repeat the first ones (DistributedSampler's
     rule). topology None -> ``Topology.detect()`` here, at construction.
     """

@@ -33,7 +33,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 
 from loaders.errors import ConfigError
-from loaders.sampler import SampleBatch, ShardSampler
+from loaders.read.sampler import SampleBatch, ShardSampler
 
 __all__ = ["KEY_SAMPLER", "KEY_WORLD_SIZE", "BatchPlan", "Job", "has_state", "is_deterministic", "length_or_none"]
 

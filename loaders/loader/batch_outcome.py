@@ -20,8 +20,8 @@ import torch
 import torch.utils.data
 
 from loaders.errors import UnsendableBatchError
-from loaders.fetch import EpochSync, Fetched, Skip, describe_batch, describe_error, fetch_samples, portable_error
-from loaders.pinning import pin_nested
+from loaders.loader.fetch import EpochSync, Fetched, Skip, describe_batch, describe_error, fetch_samples, portable_error
+from loaders.loader.pinning import pin_nested
 
 __all__ = ["BatchBuilder", "BatchOutcome", "CollateGuard", "collate_outcome", "failure_error"]
 

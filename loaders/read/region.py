@@ -1,7 +1,7 @@
 """Decode only the part of a JPEG a crop's resize reads, then resize it: the fused path's fast lane.
 
 A RandomResizedCrop keeps about 40% of an image. libjpeg-turbo's partial decompression
-(the ``loaders._jpeg_region`` extension, built from ``_jpeg_region.c`` where a C compiler
+(the ``loaders.read._jpeg_region`` extension, built from ``_jpeg_region.c`` where a C compiler
 and libjpeg-turbo's headers are present) skips the IDCT and colour conversion of every
 pixel outside the region and never reads the rows below it; the rows above it still
 need their entropy decoding (a JPEG without restart markers has no other way to find
@@ -24,14 +24,17 @@ then takes the full decode, which words any error, so damaged data behaves as be
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
+_jpeg_region: Any  # the extension module (decode_region, pack_rgb), or None where it is not built
 try:
-    from loaders import _jpeg_region
+    _jpeg_region = importlib.import_module("loaders.read._jpeg_region")
 except ImportError:  # no compiler or libjpeg-turbo headers at install: full decodes only
     _jpeg_region = None
 

@@ -5,7 +5,7 @@ mode") whenever the region that will be kept still has at least the requested pi
 that scale, so large photos cost a fraction of a full decode. Other formats decode fully.
 
 The fused crop path (``decode_crop_resize``) decodes only the rows and columns the resize
-reads where the ``loaders._jpeg_region`` extension is built (``loaders.region``: same
+reads where the ``loaders.read._jpeg_region`` extension is built (``loaders.read.region``: same
 pixels, 22% less CPU for the fused transform on ImageNet-like photos: ``tools.region_bench``); elsewhere it decodes whole images.
 
 Two JPEG backends, both on libjpeg-turbo: Pillow (Pillow-SIMD where installed) and
@@ -17,7 +17,7 @@ at full size. simplejpeg stays opt-in (``backend="simplejpeg"``). Both release t
 while decoding and resizing (2 threads: 1.9-2.0x), so thread workers scale.
 
 Every decode failure raises ``SampleError`` with the codec's exception as ``__cause__``;
-callers that know the sample add its key (see ``loaders.transforms``).
+callers that know the sample add its key (see ``loaders.read.transforms``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, features
 
-from loaders import region
+from loaders.read import region
 from loaders.errors import ConfigError, SampleError
 
 try:
@@ -81,7 +81,7 @@ def active_backend() -> str:
     name = "pillow-simd" if ".post" in pil else "pillow"  # Pillow-SIMD versions carry a .postN suffix
     turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
     jpeg_lib = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
-    lane = "on" if region.is_available() else "off (loaders._jpeg_region not built)"
+    lane = "on" if region.is_available() else "off (loaders.read._jpeg_region not built)"
     return f"{name} {pil} / {jpeg_lib} / partial decode {lane}"
 
 
@@ -139,7 +139,7 @@ def decode_crop_resize(data: bytes, box: Sequence[float], size: tuple[int, int],
     ``reduced`` a JPEG decodes at the smallest DCT scale that keeps the box at least
     ``size`` pixels; the resize then reads the box (sub-pixel, antialiased) directly
     from the reduced image, so no full-resolution crop is ever made. With ``reduced`` and
-    the default backend, only the region the resize reads is decoded (``loaders.region``).
+    the default backend, only the region the resize reads is decoded (``loaders.read.region``).
     """
     left, top, box_w, box_h = (float(v) for v in box)
     if not (box_w > 0 and box_h > 0 and size[0] > 0 and size[1] > 0):

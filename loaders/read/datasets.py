@@ -29,10 +29,10 @@ import torch
 import torch.utils.data
 
 from loaders.errors import ConfigError, SampleError, ShardError
-from loaders.order import OrderMode, parse_mode, sample_rng, sample_seed
-from loaders.sampler import SampleIndex, ShardSampler
-from loaders.shards import TarShardSet
-from loaders.topology import Topology
+from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
+from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.shards import TarShardSet
+from loaders.read.topology import Topology
 
 Sample = dict[str, Any]
 Transform = Callable[..., Sample]

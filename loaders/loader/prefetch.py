@@ -35,7 +35,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-from loaders.buffers import Event, PinnedBufferPool
+from loaders.loader.buffers import Event, PinnedBufferPool
 from loaders.errors import ConfigError
 
 __all__ = ["DevicePrefetcher", "map_tensors", "to_device"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loaders.errors import ConfigError
-from loaders.fetch import Skip
+from loaders.loader.fetch import Skip
 
 __all__ = [
     "KEY_ACCOUNTING",

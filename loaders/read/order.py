@@ -18,7 +18,7 @@ from typing import SupportsIndex
 import numpy as np
 
 from loaders.errors import ConfigError
-from loaders.seeding import sample_seed
+from loaders.read.seeding import sample_seed
 
 __all__ = [
     "OrderMode", "epoch_order", "epoch_rng", "num_batches", "parse_mode", "rank_indices", "sample_rng",
@@ -144,7 +144,7 @@ def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
 
 
 def sample_rng(seed: SupportsIndex, epoch: SupportsIndex, index: SupportsIndex) -> np.random.Generator:
-    """A PCG64 generator for sample ``index`` in ``epoch``, seeded by ``loaders.seeding.sample_seed``.
+    """A PCG64 generator for sample ``index`` in ``epoch``, seeded by ``loaders.read.seeding.sample_seed``.
 
     Reproducible on any worker, rank or resume: the stream depends only on (seed, epoch, index).
     """

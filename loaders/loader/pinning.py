@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data._utils.pin_memory import pin_memory as pin_nested
 
-from loaders.collate import default_collate
+from loaders.loader.collate import default_collate
 
 __all__ = ["PinAfter", "pin_nested", "pinned_collate"]
 

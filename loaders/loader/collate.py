@@ -15,8 +15,8 @@ Where that batch lives:
   handing the batch to the main process copies nothing.
 - otherwise: ordinary CPU memory.
 
-Reading samples is ``loaders.fetch``; outcomes per batch ``loaders.outcome``; pinning
-``loaders.pinning``.
+Reading samples is ``loaders.loader.fetch``; outcomes per batch ``loaders.loader.batch_outcome``; pinning
+``loaders.loader.pinning``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A worker process that inherits the parent's thread settings runs one OpenMP/MKL/BLAS
 pool per worker, each sized for the whole machine: 8 workers on 16 cores then fight
 over 8 x 16 threads. ``limit_threads`` caps every pool we know of inside one process;
-``WorkerInit`` applies it, then ``loaders.seeding.seed_worker`` (each worker's own
+``WorkerInit`` applies it, then ``loaders.read.seeding.seed_worker`` (each worker's own
 random streams), then the user's ``worker_init_fn``.
 
 Both change process-wide state, so they belong in worker *processes* (the DataLoader's
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from loaders.errors import ConfigError
-from loaders.seeding import seed_worker
-from loaders.worker_info import show_user_dataset
+from loaders.read.seeding import seed_worker
+from loaders.loader.worker_info import show_user_dataset
 
 __all__ = ["THREAD_ENV_VARS", "WorkerInit", "limit_threads"]
 

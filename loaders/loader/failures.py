@@ -3,7 +3,7 @@
 ``deliver`` turns the workers' ``BatchOutcome``s into (position, batch) pairs plus the
 ``Delivery`` each accounts for (a batch whose samples were all skipped rides with the
 next one); a failed batch becomes ``Failed(error)``, which the iterator raises in its
-turn (its own class, ``loaders.outcome.failure_error``), and the pass goes on after it,
+turn (its own class, ``loaders.loader.batch_outcome.failure_error``), and the pass goes on after it,
 as torch's does.
 ``record`` counts skips when a batch reaches the training loop (not when it is built
 ahead), so a resume counts exactly what the saved run had counted.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaders.errors import ConfigError, SkipBudgetError
-from loaders.outcome import BatchOutcome, failure_error
-from loaders.progress import Delivery
+from loaders.loader.batch_outcome import BatchOutcome, failure_error
+from loaders.loader.progress import Delivery
 
 __all__ = ["KEY_SKIPPED", "Failed", "FailurePolicy"]
 

@@ -3,7 +3,7 @@
 ``from loaders import DataLoader`` replaces ``from torch.utils.data import DataLoader``.
 What changes without any other edit:
 
-- defaults: ``num_workers`` from ``loaders.topology.default_num_workers``,
+- defaults: ``num_workers`` from ``loaders.read.topology.default_num_workers``,
   ``pin_memory`` when CUDA is available, persistent workers when there are workers;
 - thread workers for datasets that declare ``releases_gil = True`` (no pickling, no
   inter-process copies; batches collated straight into pinned memory), torch's worker
@@ -14,7 +14,7 @@ What changes without any other edit:
 - ``device=...``: batches arrive on the device, copied ahead on a side stream.
 
 This class is the front: it validates the arguments, owns (epoch, position) in one
-``loaders.progress.Progress``, and builds the chain of ``loaders.iteration`` for each
+``loaders.loader.progress.Progress``, and builds the chain of ``loaders.loader.epoch_pass`` for each
 ``iter()``: plan -> workers -> failures -> device prefetch -> accounting.
 It subclasses ``torch.utils.data.DataLoader`` (frameworks check ``isinstance``): torch's
 constructor validates the stock arguments and holds their attributes; iteration,
@@ -33,21 +33,21 @@ import torch
 import torch.utils.data
 from torch.utils.data import BatchSampler, IterableDataset, default_convert
 
-from loaders.collate import default_collate
+from loaders.loader.collate import default_collate
 from loaders.errors import ConfigError
-from loaders.failures import FailurePolicy
-from loaders.fetch import UNKNOWN_EPOCH, EpochSync
-from loaders.iteration import LoaderIterator, Run
-from loaders.loader_options import LoaderOptions, OnError, WorkerType
-from loaders.plan import BatchPlan, length_or_none
-from loaders.processes import ProcessWorkers
-from loaders.progress import (KEY_AHEAD, KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_PLAN, KEY_POSITION, KEY_SEED,
+from loaders.loader.failures import FailurePolicy
+from loaders.loader.fetch import UNKNOWN_EPOCH, EpochSync
+from loaders.loader.epoch_pass import LoaderIterator, Run
+from loaders.loader.settings import LoaderOptions, OnError, WorkerType
+from loaders.loader.batch_plan import BatchPlan, length_or_none
+from loaders.loader.process_workers import ProcessWorkers
+from loaders.loader.progress import (KEY_AHEAD, KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_PLAN, KEY_POSITION, KEY_SEED,
                               KEY_VERSION, STATE_VERSION, Progress, check_state)
-from loaders.sampler import ShardSampler
-from loaders.seeding import resolve_seed
-from loaders.stage import StatefulStage
-from loaders.topology import Topology, default_num_workers
-from loaders.worker_setup import Workers, make_workers
+from loaders.read.sampler import ShardSampler
+from loaders.read.seeding import resolve_seed
+from loaders.loader.stage import StatefulStage
+from loaders.read.topology import Topology, default_num_workers
+from loaders.loader.pool import Workers, make_workers
 
 __all__ = ["DataLoader", "OnError", "WorkerType"]
 
@@ -111,14 +111,14 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         otherwise and for iterable datasets), "thread" or "process".
     threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
     seed: base seed of the order and of worker seeds; None: in a distributed job the
-        same on every rank (``loaders.seeding.resolve_seed``), else drawn from
+        same on every rank (``loaders.read.seeding.resolve_seed``), else drawn from
         ``generator`` (else torch's default generator) at construction.
     on_error, max_skips: "raise" (default) raises the first failing sample's exception;
         "skip" drops failing samples (map-style datasets), counted per epoch and kept in
         ``state_dict``, SkipBudgetError past ``max_skips``.
     device, device_transform, device_prefetch: yield batches on ``device``, copied
         ``device_prefetch`` (default 2) batches ahead on a side stream, ``device_transform``
-        run there with each batch's (epoch, batch_index, rank) (``loaders.keyed_transform``).
+        run there with each batch's (epoch, batch_index, rank) (``loaders.loader.keyed_transform``).
 
     Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
     ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
@@ -387,7 +387,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     # ------------------------------------------------------------ resume state
 
     def state_dict(self) -> dict[str, Any]:
-        """The resume state: a small nest of plain values, one key per stage (see ``loaders.progress``)."""
+        """The resume state: a small nest of plain values, one key per stage (see ``loaders.loader.progress``)."""
         return {
             KEY_VERSION: STATE_VERSION,
             **self._progress.state(),

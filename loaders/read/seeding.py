@@ -11,7 +11,7 @@ domain             keys                                        used by
 ``BATCH``          (seed, epoch, batch position, rank)         device augmentation
 =================  ==========================================  =======================
 
-(the epoch permutation is drawn by ``loaders.order.epoch_rng``, a numpy SeedSequence
+(the epoch permutation is drawn by ``loaders.read.order.epoch_rng``, a numpy SeedSequence
 keyed by (seed, epoch) in its own domain). The base seed itself comes from
 ``resolve_seed``: given, else the same on every rank, else drawn like torch draws it.
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from loaders.errors import ConfigError
-from loaders.worker_info import record_seed
+from loaders.loader.worker_info import record_seed
 
 __all__ = [
     "DOMAIN_BATCH",

@@ -24,13 +24,13 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loaders.failures import Failed
-from loaders.keyed_transform import positioned
-from loaders.prefetch import DevicePrefetcher
-from loaders.progress import Delivery, Progress
+from loaders.loader.failures import Failed
+from loaders.loader.keyed_transform import positioned
+from loaders.loader.prefetch import DevicePrefetcher
+from loaders.loader.progress import Delivery, Progress
 
 if TYPE_CHECKING:
-    from loaders.dataloader import DataLoader
+    from loaders.loader.dataloader import DataLoader
 
 __all__ = ["LoaderIterator", "Run"]
 

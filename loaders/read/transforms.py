@@ -6,7 +6,7 @@ replace the encoded field with ``out_field``: uint8 [H, W, 3] RGB, C-contiguous,
 Every random decision draws from the ``rng`` the dataset passes in (keyed by seed,
 epoch and sample index), so a sample's augmentation is reproducible and resumable.
 
-Crop-and-resize transforms fuse decode, crop and resize (``loaders.decode``): the crop
+Crop-and-resize transforms fuse decode, crop and resize (``loaders.read.decode``): the crop
 is drawn from the header's size alone, then the JPEG decodes at the smallest DCT scale
 that still covers the output resolution.
 """
@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from loaders.decode import (Backend, Interpolation, decode_crop_resize, decode_rgb, image_size, pil_filter,
+from loaders.read.decode import (Backend, Interpolation, decode_crop_resize, decode_rgb, image_size, pil_filter,
                             resolve_backend)
 from loaders.errors import ConfigError, SampleError
 

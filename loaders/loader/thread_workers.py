@@ -1,8 +1,8 @@
 """The workers stage in this process: a pool of threads, or the calling thread itself.
 
-Every backend (these and ``loaders.processes.ProcessWorkers``) has ``run(jobs, epoch)``:
-it builds ``loaders.plan.Job``s, pulled lazily from an iterator, into
-``loaders.outcome.BatchOutcome``s (in order unless ``in_order=False``), and ``close()``.
+Every backend (these and ``loaders.loader.process_workers.ProcessWorkers``) has ``run(jobs, epoch)``:
+it builds ``loaders.loader.batch_plan.Job``s, pulled lazily from an iterator, into
+``loaders.loader.batch_outcome.BatchOutcome``s (in order unless ``in_order=False``), and ``close()``.
 They hold no resume state: batches in flight are built again after a resume.
 
 ``ThreadWorkers``: batch ``b`` is built by thread ``b % num_workers``; at most
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.errors import WorkerLostError
-from loaders.fetch import describe_batch
-from loaders.outcome import BatchOutcome
-from loaders.plan import Job
+from loaders.loader.fetch import describe_batch
+from loaders.loader.batch_outcome import BatchOutcome
+from loaders.loader.batch_plan import Job
 
 __all__ = ["InlineWorkers", "ThreadWorkers"]
 
@@ -106,7 +106,7 @@ class ThreadWorkers:
     large images on one thread never leaves the other idle behind the in-flight limit
     (batches still come out in order; per-sample randomness is keyed by sample, not thread).
 
-    ``work`` should not raise (``loaders.collate.BatchBuilder`` does not); if it does, the
+    ``work`` should not raise (``loaders.loader.collate.BatchBuilder`` does not); if it does, the
     outcome carries the error. ``init(worker_id)`` runs first on each thread (the user's
     worker_init_fn; ``get_worker_info()`` is None there). Constructing starts nothing:
     threads start on the first ``run`` and serve later runs until ``close()``, the

@@ -11,7 +11,7 @@ listed. What travels into the processes, and why:
   reported with the batch it had in hand;
 - ``EpochStream`` (iterable): reads the epoch from shared memory when a worker starts
   the stream, for ``set_epoch``;
-- ``loaders.outcome.CollateGuard`` and ``loaders.limits.WorkerInit``: collation into
+- ``loaders.loader.batch_outcome.CollateGuard`` and ``loaders.loader.worker_start.WorkerInit``: collation into
   outcomes; thread limits and seeds.
 
 Processes end when the iterator or loader closes, is garbage collected, or the
@@ -38,11 +38,11 @@ from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader
 
 from loaders.errors import UnsendableBatchError, WorkerError, WorkerLostError
-from loaders.fetch import EpochSync, Fetched, describe_batch, describe_error, fetch_samples, portable_error
-from loaders.limits import WorkerInit
-from loaders.outcome import BatchOutcome, CollateGuard
-from loaders.plan import Job
-from loaders.seeding import seed_worker, seeded_for
+from loaders.loader.fetch import EpochSync, Fetched, describe_batch, describe_error, fetch_samples, portable_error
+from loaders.loader.worker_start import WorkerInit
+from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
+from loaders.loader.batch_plan import Job
+from loaders.read.seeding import seed_worker, seeded_for
 
 __all__ = ["EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
 
@@ -85,7 +85,7 @@ class _Forwarding:
     """
 
     _OWN: frozenset[str] = frozenset()
-    wraps_user_dataset = True  # loaders.worker_info.WRAPPER_FLAG: get_worker_info() shows ``dataset``
+    wraps_user_dataset = True  # loaders.loader.worker_info.WRAPPER_FLAG: get_worker_info() shows ``dataset``
 
     def __getattr__(self, name: str) -> Any:
         if name in type(self)._OWN or name.startswith("__"):

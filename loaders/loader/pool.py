@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from loaders.collate import default_collate
-from loaders.limits import WorkerInit
-from loaders.loader_options import OnError, WorkerType
-from loaders.outcome import BatchBuilder, CollateGuard
-from loaders.pinning import PinAfter, pinned_collate
-from loaders.processes import ProcessWorkers
-from loaders.workers import InlineWorkers, ThreadWorkers
+from loaders.loader.collate import default_collate
+from loaders.loader.worker_start import WorkerInit
+from loaders.loader.settings import OnError, WorkerType
+from loaders.loader.batch_outcome import BatchBuilder, CollateGuard
+from loaders.loader.pinning import PinAfter, pinned_collate
+from loaders.loader.process_workers import ProcessWorkers
+from loaders.loader.thread_workers import InlineWorkers, ThreadWorkers
 
 if TYPE_CHECKING:
-    from loaders.dataloader import DataLoader
+    from loaders.loader.dataloader import DataLoader
 
 __all__ = ["Workers", "batch_builder", "make_workers"]
 

@@ -1,6 +1,6 @@
 """The contract every stateful stage of the loader's chain keeps, and where new stages go.
 
-The chain (``loaders.iteration``)::
+The chain (``loaders.loader.epoch_pass``)::
 
     plan -> workers -> failures -> device prefetch -> accounting
     (a mixture stage would replace or wrap the plan: it draws which dataset each batch
@@ -10,7 +10,7 @@ The chain (``loaders.iteration``)::
 A stage receives the epoch and position with every item it handles, never through a
 broadcast. One that holds state (plan, failures; mixture and packing would) has a
 ``key`` and the two methods below; the loader's state nests each stage's state under
-its key (``loaders.progress``), so adding a stage adds a key, not a rewrite. Its state
+its key (``loaders.loader.progress``), so adding a stage adds a key, not a rewrite. Its state
 is small and plain (ints, lists, the sampler's own state), and a stage whose state
 depends on the world size (a mixture's position per dataset, packing leftovers per
 rank) must say how it is split or merged on a world-size change in its own
