@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,13 +20,16 @@ import torch
 import torch.utils.data
 
 from loaders.errors import UnsendableBatchError
-from loaders.loader.fetch import EpochSync, Fetched, Skip, describe_batch, describe_error, fetch_samples, portable_error
+from loaders.loader.batch_source import Job
+from loaders.loader.epoch_sync import EpochSync
+from loaders.loader.fetch import Fetched, Skip, fetch_samples
+from loaders.loader.messages import describe_batch, describe_error, portable_error
 from loaders.loader.pinning import pin_nested
 
 __all__ = ["BatchBuilder", "BatchOutcome", "CollateGuard", "collate_outcome", "failure_error"]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class BatchOutcome:
     """What a worker hands back for one batch of the epoch.
 
@@ -36,35 +39,42 @@ class BatchOutcome:
     when known): what the consumer raises. worker_id: who built it.
     """
 
+    epoch: int
     position: int
-    batch: Any
-    indices: list[Any]
-    num_samples: int
-    skips: list[Skip]
-    failure: BaseException | None
-    failed_index: Any
     worker_id: int
-    epoch: int = 0
+    indices: list[Any]
+    batch: Any = None
+    num_samples: int = 0
+    skips: list[Skip] = field(default_factory=list)
+    failure: BaseException | None = None
+    failed_index: Any = None
+
+    @classmethod
+    def failed(cls, *, epoch: int, position: int, worker_id: int, indices: Any, failure: BaseException | None
+               ) -> BatchOutcome:
+        """A batch that could not be read at all (a failing ``set_epoch`` or worker_init_fn)."""
+        return cls(epoch=epoch, position=position, worker_id=worker_id, indices=list(indices), failure=failure)
 
     def pin_memory(self) -> BatchOutcome:
         """Torch's pin-memory thread calls this: pin the batch, pass the rest through."""
         return replace(self, batch=pin_nested(self.batch))
 
 
-def collate_outcome(fetched: Fetched, collate_fn: Callable[[Any], Any], *, auto_collation: bool, worker_id: int,
-                    epoch: int = 0) -> BatchOutcome:
+def collate_outcome(fetched: Fetched, collate_fn: Callable[[Any], Any], *, auto_collation: bool,
+                    worker_id: int) -> BatchOutcome:
     """Collate what was read into a BatchOutcome; a collate_fn failure becomes its ``failure``.
 
     ``auto_collation=False`` (``batch_size=None``): the batch is ``collate_fn(sample)`` of
     its single sample, as in the stock loader.
     """
-    outcome = BatchOutcome(fetched.position, None, fetched.indices, len(fetched.samples), fetched.skips,
-                           fetched.failure, fetched.failed_index, worker_id, epoch)
+    outcome = BatchOutcome(epoch=fetched.epoch, position=fetched.position, worker_id=worker_id,
+                           indices=fetched.indices, num_samples=len(fetched.samples), skips=fetched.skips,
+                           failure=fetched.failure, failed_index=fetched.failed_index)
     if fetched.failure is not None or not fetched.samples:
         return outcome
     try:
         outcome.batch = collate_fn(fetched.samples if auto_collation else fetched.samples[0])
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - the collate_fn's own error, handed to the consumer
         outcome.failure = err
     return outcome
 
@@ -99,14 +109,15 @@ class BatchBuilder:
     skip_errors: bool
     sync_epoch: EpochSync
 
-    def __call__(self, worker_id: int, epoch: int, position: int, indices: list[Any]) -> BatchOutcome:
+    def __call__(self, worker_id: int, job: Job) -> BatchOutcome:
         try:
-            self.sync_epoch(epoch)
-        except Exception as err:
-            return BatchOutcome(position, None, list(indices), 0, [], err, None, worker_id, epoch)
-        fetched = fetch_samples(self.dataset, indices, position=position, skip_errors=self.skip_errors)
-        return collate_outcome(fetched, self.collate_fn, auto_collation=self.auto_collation, worker_id=worker_id,
-                               epoch=epoch)
+            self.sync_epoch(job.epoch)
+        except Exception as err:  # noqa: BLE001 - the dataset's set_epoch failed: this batch fails with it
+            return BatchOutcome.failed(epoch=job.epoch, position=job.position, worker_id=worker_id,
+                                       indices=job.indices, failure=err)
+        fetched = fetch_samples(self.dataset, job.indices, epoch=job.epoch, position=job.position,
+                                skip_errors=self.skip_errors)
+        return collate_outcome(fetched, self.collate_fn, auto_collation=self.auto_collation, worker_id=worker_id)
 
 
 @dataclass(frozen=True)
@@ -115,15 +126,16 @@ class CollateGuard:
 
     collate_fn: Callable[[Any], Any]
     auto_collation: bool
+    epoch: Any = None  # iterable datasets: the shared int (``value``) holding the epoch being read; None: 0
 
     def __call__(self, data: Any) -> BatchOutcome:
         info = torch.utils.data.get_worker_info()
         worker_id = info.id if info is not None else 0
         if not isinstance(data, Fetched):
             # Iterable dataset: torch already read the samples (the single sample without batching).
-            data = Fetched(-1, [], list(data) if self.auto_collation else [data])
-        outcome = collate_outcome(data, self.collate_fn, auto_collation=self.auto_collation, worker_id=worker_id,
-                                  epoch=data.epoch)
+            data = Fetched(epoch=0 if self.epoch is None else int(self.epoch.value), position=-1, indices=[],
+                           samples=list(data) if self.auto_collation else [data])
+        outcome = collate_outcome(data, self.collate_fn, auto_collation=self.auto_collation, worker_id=worker_id)
         if info is not None and outcome.failure is None:
             _check_sendable(outcome)
         if outcome.failure is not None and info is not None:
@@ -147,7 +159,7 @@ def _check_sendable(outcome: BatchOutcome) -> None:
     """
     try:
         _StructurePickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(outcome.batch)
-    except Exception as err:  # any pickling failure: report it rather than hang
+    except Exception as err:  # noqa: BLE001 - any pickling failure: report it rather than hang
         outcome.failure = UnsendableBatchError(
             f"a batch of type {type(outcome.batch).__name__} built in a worker process cannot be sent to the main "
             f"process ({type(err).__name__}: {err}); define its classes at module level, where pickle finds them "

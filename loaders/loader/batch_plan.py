@@ -1,4 +1,4 @@
-"""The first stage: the sampler's order cut into batches of indices, lazily, one ``Job`` at a time.
+"""The sampler's batch source: the sampler's order cut into batches of indices, lazily, one ``Job`` at a time.
 
 Nothing lists the epoch up front: a job is made when the workers ask for one, so the
 first batch of an infinite sampler (detectron2 / mmengine ``InfiniteSampler``) arrives
@@ -11,43 +11,34 @@ Where the order comes from:
 - any other sampler or batch sampler: iterated, the first ``start`` batches dropped
   (indices only: no sample is read) when an epoch resumes.
 
-Epoch and position are given to ``jobs`` by the loader (their one owner) and travel
-with each job. A sampler the loader created follows the loader's epoch (its
+A sampler the loader created (``own_sampler``) follows the loader's epoch (its
 ``set_epoch`` is called here); a sampler the user gave keeps its own (never called).
 
-Resume state (``state_dict``): ``{"sampler": <the sampler's state_dict() taken when
-the epoch began, or None>, "world_size": <of a ShardSampler's rank split, or None>}``.
-Taken before the epoch draws its order, so restoring it and dropping the consumed
-batches replays the epoch exactly; a sampler that instead resumes itself from that
-state is caught (it yields fewer batches than its length) and reported, never a
-silently short epoch. A state from another world size is refused.
+State (key "plan"): ``{"sampler": <a user's stateful sampler's state_dict() taken when
+the epoch being read began, else None>, "world_size": <of a ShardSampler's rank split,
+or None>}``. Taken before the epoch draws its order, so restoring it and dropping the
+consumed batches replays the epoch exactly; a sampler that instead resumes itself from
+that state is caught (it yields fewer batches than its length) and reported, never a
+silently short epoch. Positions count this rank's batches, so a state from another
+world size or batch size is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 
 from loaders.errors import ConfigError
+from loaders.loader.batch_source import KEY_SAMPLER, KEY_WORLD_SIZE, Job, length_or_none
+from loaders.loader.progress import KEY_AHEAD, KEY_BATCH_SIZE, KEY_EPOCH, KEY_PLAN, KEY_POSITION, Where, expect
+from loaders.loader.stage import Position
 from loaders.read.sampler import SampleBatch, ShardSampler
+from loaders.read.topology import Topology
 
-__all__ = ["KEY_SAMPLER", "KEY_WORLD_SIZE", "BatchPlan", "Job", "has_state", "is_deterministic", "length_or_none"]
-
-KEY_SAMPLER = "sampler"
-KEY_WORLD_SIZE = "world_size"  # of a ShardSampler's split: positions count this rank's batches
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One batch to build: its epoch, its position in the epoch and the sampler's indices."""
-
-    epoch: int
-    position: int
-    indices: Sequence[Any]
+__all__ = ["BatchPlan", "LoaderSampler", "has_state", "is_deterministic", "own_sampler"]
 
 
 def has_state(part: Any) -> bool:
@@ -65,31 +56,60 @@ def is_deterministic(part: Any) -> bool:
     return isinstance(part, BatchSampler) and is_deterministic(part.sampler)
 
 
-def length_or_none(sized: Any) -> int | None:
-    """``len(sized)`` (a dataset, a sampler), or None when it has no length."""
-    try:
-        return len(sized)
-    except (TypeError, NotImplementedError):
-        return None
+class LoaderSampler(ShardSampler):
+    """The loader's shuffled sampler: plain ints, over the dataset's length as it is now (datasets may grow)."""
+
+    yields_ints = True
+
+    def __init__(self, dataset: Any, *, seed: int) -> None:
+        super().__init__(len(dataset), shuffle=True, seed=seed, topology=Topology())
+        self._dataset = dataset
+
+    def _follow_length(self) -> None:
+        size = len(self._dataset)
+        if size != self._num_samples:
+            self._num_samples, self._len, self._cached = size, size, None
+
+    def __len__(self) -> int:
+        self._follow_length()
+        return super().__len__()
+
+    def indices(self, epoch: int | None = None) -> Any:
+        self._follow_length()
+        return super().indices(epoch)
+
+    def __iter__(self) -> Iterator[int]:  # type: ignore[override]  # plain ints, as torch's RandomSampler
+        return (item.index for item in super().__iter__())
+
+
+def own_sampler(dataset: Any, *, shuffle: bool, seed: int, drop_last: bool) -> Any:
+    """The sampler the loader makes when the user gave none: the dataset's ``default_sampler`` (seeded,
+    distributed, resumable), else ``LoaderSampler`` when shuffling, else None (torch's sequential one)."""
+    make = getattr(dataset, "default_sampler", None)
+    if callable(make):
+        return make(shuffle=shuffle, seed=seed, drop_last=drop_last)
+    return LoaderSampler(dataset, seed=seed) if shuffle else None
 
 
 class BatchPlan:
-    """The batches of an epoch as ``Job``s, from the loader's sampler and batch sampler.
+    """The batches of an epoch as ``Job``s, from the loader's sampler and batch sampler (a ``BatchSource``).
 
     sampler, batch_sampler: as torch's DataLoader holds them (batch_sampler None when
     batching is off). owned: the loader created the sampler, so it follows the loader's
-    epoch. Constructing iterates nothing.
+    epoch. batch_size: the loader's (a state's positions count batches of it). position:
+    the owner of the epoch, read when the state is written. Constructing iterates nothing.
     """
 
-    key = "plan"
+    key = KEY_PLAN
 
-    def __init__(self, sampler: Any, batch_sampler: Any, *, owned: bool) -> None:
+    def __init__(self, sampler: Any, batch_sampler: Any, *, owned: bool, batch_size: int | None,
+                 position: Position) -> None:
         self.sampler = sampler
         self.batch_sampler = batch_sampler
         self.owned = owned
-        self._epoch_state: Any = None  # the sampler's state when epoch _state_epoch began
-        self._state_epoch: int | None = None
-        self._loaded = False  # _epoch_state came from load_state_dict: the next epoch pass restores it
+        self.batch_size = batch_size
+        self._position = position
+        self._epoch_start: Any = None  # a user's stateful sampler's state when the epoch being read began
 
     @property
     def stateful_part(self) -> Any:
@@ -99,38 +119,32 @@ class BatchPlan:
         return self.sampler
 
     def num_batches(self) -> int | None:
-        """Batches in a full epoch, or None when the sampler has no length (infinite, or unknown)."""
         return length_or_none(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
-    def jobs(self, epoch: int, start: int = 0, received: frozenset[int] = frozenset(), *,
-             detached: bool = False) -> Iterator[Job]:
-        """The jobs of ``epoch`` from position ``start`` on, leaving out positions already ``received``.
+    def num_samples(self) -> int | None:
+        return length_or_none(self.sampler)
 
-        detached: a second pass beside the loader's own (a peek): no snapshot or restore of state.
+    def jobs(self, where: Where, *, primary: bool) -> Iterator[Job]:
+        """The jobs of ``where.epoch`` from ``where.position`` on, leaving out ``where.ahead``.
+
+        A primary pass of a user's stateful sampler snapshots the sampler as the epoch begins,
+        or, when the epoch has begun already (resumed, or after a probe), restores that snapshot.
         """
+        resumed = False
         if self.owned:  # ours: follows the loader's epoch, its order needs no saved state
             set_epoch = getattr(self.sampler, "set_epoch", None)
             if callable(set_epoch):
-                set_epoch(epoch)
-            resumed = False
-        else:
-            resumed = False if detached else self._begin_epoch(epoch)
+                set_epoch(where.epoch)
+        elif primary and has_state(self.stateful_part):
+            resumed = where.begun and self._epoch_start is not None
+            if resumed:
+                self.stateful_part.load_state_dict(self._epoch_start)
+            elif not where.begun:
+                self._epoch_start = self.stateful_part.state_dict()
+        start, received = (where.position, where.ahead) if primary else (0, frozenset[int]())
         if self._is_shard_batches():
-            return self._shard_jobs(epoch, start, received)
-        return self._listed_jobs(epoch, start, received, resumed)
-
-    def _begin_epoch(self, epoch: int) -> bool:
-        """Snapshot a user's stateful sampler as the epoch begins, or restore a loaded snapshot; True if restored."""
-        part = self.stateful_part
-        resumed, self._loaded = self._loaded, False
-        if not has_state(part):
-            return False
-        if resumed:
-            part.load_state_dict(self._epoch_state)
-        else:
-            self._epoch_state = part.state_dict()
-        self._state_epoch = epoch
-        return resumed
+            return self._shard_jobs(where.epoch, start, received)
+        return self._listed_jobs(where.epoch, start, received, resumed)
 
     def _is_shard_batches(self) -> bool:
         return type(self.batch_sampler) is BatchSampler and isinstance(self.batch_sampler.sampler, ShardSampler)
@@ -161,12 +175,39 @@ class BatchPlan:
                 f"{expected - start} of its {expected} remained: it resumes itself from its state, so the loader "
                 "cannot replay the epoch it was saved in; give it advance(count) or resume at an epoch boundary")
 
-    def restart_epoch(self, epoch: int) -> None:
-        """The next pass reads ``epoch`` again from where its last pass began (that pass was only a probe)."""
-        if self._state_epoch == epoch and self._epoch_state is not None:
-            self._loaded = True
+    def state_dict(self) -> dict[str, Any]:
+        """``{"sampler": state, "world_size": n}``: the sampler's state when the epoch being read began.
 
-    def check_resumable(self) -> None:
+        sampler: None when the order needs none (ours, or a sampler without state); before
+        the loader's epoch has begun, the sampler's state now. world_size: of a
+        ShardSampler's rank split, else None.
+        """
+        part = self.stateful_part
+        sampler_state = None
+        if not self.owned and has_state(part):
+            sampler_state = self._epoch_start if self._position.where().begun else part.state_dict()
+        return {KEY_SAMPLER: sampler_state, KEY_WORLD_SIZE: self._world_size()}
+
+    def _world_size(self) -> int | None:
+        return self.batch_sampler.sampler.topology.world_size if self._is_shard_batches() else None
+
+    def resume_point(self, state: Mapping[str, Any]) -> Where:
+        """The saved point itself: positions mean this rank's batches of this batch size, so the batch
+        size and the rank split's world size must match, and a mid-epoch point needs an order that
+        can be listed again."""
+        expect(state, KEY_BATCH_SIZE, self.batch_size)
+        nest = state[self.key]
+        if not isinstance(nest, Mapping) or KEY_SAMPLER not in nest:
+            raise ConfigError(f"DataLoader state {self.key!r} must be a mapping with {KEY_SAMPLER!r} (got {nest!r})")
+        world_size = self._world_size()
+        if nest.get(KEY_WORLD_SIZE) != world_size:
+            raise ConfigError(f"DataLoader state {self.key!r} world_size: expected {world_size} (this loader), got "
+                              f"{nest.get(KEY_WORLD_SIZE)!r}; resume with the same number of ranks")
+        if state[KEY_POSITION] or state[KEY_AHEAD]:
+            self._check_replayable()
+        return Where(state[KEY_EPOCH], state[KEY_POSITION], frozenset(int(p) for p in state[KEY_AHEAD]), begun=True)
+
+    def _check_replayable(self) -> None:
         """ConfigError unless a mid-epoch position in this order can be found again."""
         if self.owned or self._is_shard_batches():
             return
@@ -176,36 +217,6 @@ class BatchPlan:
                               "use shuffle=True (a seeded, resumable order), SequentialSampler, or a sampler "
                               "with state_dict()/load_state_dict()")
 
-    def state_dict(self, epoch: int) -> dict[str, Any]:
-        """``{"sampler": state, "world_size": n}``: the sampler's state when ``epoch`` (the loader's) began.
-
-        sampler: None when the order needs none (ours); before ``epoch`` has begun, the
-        sampler's state now. world_size: of a ShardSampler's rank split, else None.
-        """
-        return {KEY_SAMPLER: self._sampler_state(epoch), KEY_WORLD_SIZE: self._world_size()}
-
-    def _sampler_state(self, epoch: int) -> Any:
-        part = self.stateful_part
-        if self.owned or not has_state(part):
-            return None
-        if self._state_epoch == epoch or self._loaded:
-            return self._epoch_state
-        return part.state_dict()
-
-    def _world_size(self) -> int | None:
-        return self.batch_sampler.sampler.topology.world_size if self._is_shard_batches() else None
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the sampler's epoch-start state at the next epoch pass (the resumed one).
-
-        ConfigError when the rank split has another world size: a position counts this
-        rank's batches, which another split does not have.
-        """
-        if not isinstance(state, Mapping) or KEY_SAMPLER not in state:
-            raise ConfigError(f"DataLoader state 'plan' must be a mapping with {KEY_SAMPLER!r} (got {state!r})")
-        world_size = self._world_size()
-        if state.get(KEY_WORLD_SIZE) != world_size:
-            raise ConfigError(f"DataLoader state 'plan' world_size: expected {world_size} (this loader), got "
-                              f"{state.get(KEY_WORLD_SIZE)!r}; resume with the same number of ranks")
-        self._epoch_state, self._state_epoch = state[KEY_SAMPLER], None
-        self._loaded = self._epoch_state is not None and has_state(self.stateful_part)
+        """The sampler's epoch-start state, restored by the next primary pass (the resumed one)."""
+        self._epoch_start = state[KEY_SAMPLER]

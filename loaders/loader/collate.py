@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ def _allocate(shape: tuple[int, ...], dtype: torch.dtype, *, pin_memory: bool) -
         # Torch's own collate allocates worker batches this way: share_memory_() on a
         # fresh tensor would copy it into shared memory once more.
         storage = torch.UntypedStorage._new_shared(nbytes)
-        return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+        return torch.empty(0, dtype=dtype).set_(storage).view(shape)
     return torch.empty(shape, dtype=dtype)
 
 
@@ -77,9 +77,10 @@ def stack_into(samples: Sequence[np.ndarray] | Sequence[torch.Tensor], *, pin_me
         out = _allocate((len(samples), *first.shape), dtype, pin_memory=pin_memory)
         np.stack(samples, axis=0, out=out.numpy())
         return out
-    _check_shapes([tuple(s.shape) for s in samples], "tensor")
-    out = _allocate((len(samples), *first.shape), first.dtype, pin_memory=pin_memory)
-    return torch.stack(list(samples), dim=0, out=out)
+    tensors = cast(Sequence[torch.Tensor], samples)  # the arrays returned above
+    _check_shapes([tuple(t.shape) for t in tensors], "tensor")
+    out = _allocate((len(tensors), *first.shape), first.dtype, pin_memory=pin_memory)
+    return torch.stack(list(tensors), dim=0, out=out)
 
 
 @functools.lru_cache(maxsize=64)

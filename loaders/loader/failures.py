@@ -1,98 +1,105 @@
-"""The failure stage: failed batches raise, skipped samples are counted against the epoch's budget.
+"""The failure stage: outcomes become ``Item``s; failed batches raise in their turn; skips are held to a budget.
 
-``deliver`` turns the workers' ``BatchOutcome``s into (position, batch) pairs plus the
-``Delivery`` each accounts for (a batch whose samples were all skipped rides with the
-next one); a failed batch becomes ``Failed(error)``, which the iterator raises in its
-turn (its own class, ``loaders.loader.batch_outcome.failure_error``), and the pass goes on after it,
-as torch's does.
-``record`` counts skips when a batch reaches the training loop (not when it is built
-ahead), so a resume counts exactly what the saved run had counted.
-
-State: ``{"epoch": e, "skipped": n}``, the skips of epoch ``e``; a new epoch starts at 0.
+``FailurePolicy.deliver`` turns the workers' ``BatchOutcome``s into ``Item``s, one value per
+batch carrying its position, the batch and the ``Delivery`` it accounts for (a batch whose
+samples were all skipped rides with the next one; trailing ones come as an item with no
+batch, ``NO_BATCH``). A failed batch becomes ``Failed(error)``, which the pass raises in
+its turn (its own class, ``loaders.loader.batch_outcome.failure_error``) and goes on after,
+as torch's does. ``check_budget`` runs when a batch reaches the training loop (not when it
+is built ahead), so a resume counts exactly what the saved run counted; the count itself
+is the owner's (``Progress.skipped``), kept in the loader's state.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from loaders.errors import ConfigError, SkipBudgetError
+from loaders.errors import SkipBudgetError
 from loaders.loader.batch_outcome import BatchOutcome, failure_error
+from loaders.loader.fetch import Skip
 from loaders.loader.progress import Delivery
 
-__all__ = ["KEY_SKIPPED", "Failed", "FailurePolicy"]
+__all__ = ["NO_BATCH", "Failed", "FailurePolicy", "Item", "is_batch"]
 
 logger = logging.getLogger(__name__)
 
-KEY_FAILURE_EPOCH = "epoch"
-KEY_SKIPPED = "skipped"
+NO_BATCH = None  # an Item's batch when it only accounts for fully skipped batches at the end of a pass
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """Stands in for a batch whose reading failed: the iterator raises ``error`` in the batch's turn."""
+    """Stands in for a batch whose reading failed: the pass raises ``error`` in the batch's turn."""
 
     error: BaseException
 
 
+class Item(NamedTuple):
+    """One batch on its way to the training loop: its position, the batch (or ``Failed``, or ``NO_BATCH``)
+    and what it accounts for. A named tuple, so device copies map the batch and keep the rest."""
+
+    position: int
+    batch: Any
+    delivery: Delivery
+
+
+def is_batch(item: Item) -> bool:
+    """Whether ``item`` carries a batch the training loop receives (not a failure, not only accounting)."""
+    return item.batch is not NO_BATCH and not isinstance(item.batch, Failed)
+
+
 class FailurePolicy:
-    """Raise failures; count skips per epoch against ``max_skips`` (a count, a fraction 0 < f < 1, or inf)."""
+    """Raise failures in their turn; hold skips to ``max_skips`` (a count, a fraction 0 < f < 1, or inf).
 
-    key = "failures"
+    kind: who reads ("main-thread", "thread", "process"), as failure notes name it.
+    """
 
-    def __init__(self, max_skips: int | float) -> None:
+    def __init__(self, max_skips: int | float, kind: str) -> None:
         self.max_skips = max_skips
-        self._epoch = 0
-        self._skipped = 0
+        self.kind = kind
 
-    def skipped(self, epoch: int) -> int:
-        """Samples skipped so far in ``epoch``."""
-        return self._skipped if epoch == self._epoch else 0
-
-    def deliver(self, outcomes: Iterator[BatchOutcome], deliveries: deque[Delivery], kind: str
-                ) -> Iterator[tuple[int, Any]]:
-        """(position, batch) pairs of ``outcomes``; appends the Delivery of each to ``deliveries``."""
-        pending: Delivery | None = None
+    def deliver(self, outcomes: Iterator[BatchOutcome]) -> Iterator[Item]:
+        """The items of ``outcomes``, in their order."""
+        positions: list[int] = []
+        skips: list[Skip] = []
+        num_samples = 0
+        epoch = 0
         for outcome in outcomes:
+            epoch = outcome.epoch
             if outcome.failure is not None:  # handed over in its turn; the pass goes on after it
-                if pending is not None:
-                    deliveries.append(pending)
-                    pending = None
-                deliveries.append(Delivery(outcome.epoch, [outcome.position]))
-                yield outcome.position, Failed(failure_error(outcome, kind))
+                if positions:
+                    yield Item(positions[-1], NO_BATCH, Delivery(epoch, tuple(positions), num_samples, tuple(skips)))
+                    positions, skips, num_samples = [], [], 0
+                yield Item(outcome.position, Failed(failure_error(outcome, self.kind)),
+                           Delivery(epoch, (outcome.position,)))
                 continue
-            if pending is None:
-                pending = Delivery(outcome.epoch)
-            pending.positions.append(outcome.position)
-            pending.num_samples += outcome.num_samples
-            pending.skips.extend(outcome.skips)
+            positions.append(outcome.position)
+            num_samples += outcome.num_samples
+            skips.extend(outcome.skips)
             if outcome.batch is None:
                 continue
-            deliveries.append(pending)
-            pending = None
-            yield outcome.position, outcome.batch
-        if pending is not None:
-            deliveries.append(pending)
+            yield Item(outcome.position, outcome.batch, Delivery(epoch, tuple(positions), num_samples, tuple(skips)))
+            positions, skips, num_samples = [], [], 0
+        if positions:
+            yield Item(positions[-1], NO_BATCH, Delivery(epoch, tuple(positions), num_samples, tuple(skips)))
 
-    def record(self, delivery: Delivery, epoch_samples: int | None) -> None:
-        """Count the skips of a delivered batch; SkipBudgetError past the budget."""
-        if delivery.epoch != self._epoch:
-            self._epoch, self._skipped = delivery.epoch, 0
+    def check_budget(self, skipped: int, delivery: Delivery, epoch_samples: int | None) -> None:
+        """Log the skips of ``delivery``, which would bring the epoch's to ``skipped + len(delivery.skips)``;
+        SkipBudgetError past the budget (then the batch is not handed over)."""
         if not delivery.skips:
             return
-        self._skipped += len(delivery.skips)
+        total = skipped + len(delivery.skips)
         for skip in delivery.skips:
             logger.warning("skipped sample %r in epoch %d: %s", skip.index, delivery.epoch, skip.error)
         allowed = self.allowed(epoch_samples)
-        if self._skipped > allowed:
+        if total > allowed:
             last = delivery.skips[-1]
             of = f"{allowed} of {epoch_samples} samples" if epoch_samples is not None else f"{allowed} samples"
             raise SkipBudgetError(
-                f"on_error='skip' skipped {self._skipped} samples in epoch {delivery.epoch}, more than "
+                f"on_error='skip' skipped {total} samples in epoch {delivery.epoch}, more than "
                 f"max_skips={self.max_skips} allows ({of}); last: sample {last.index!r}: {last.error}")
 
     def allowed(self, epoch_samples: int | None) -> float:
@@ -100,15 +107,3 @@ class FailurePolicy:
         if isinstance(self.max_skips, float) and self.max_skips < 1:
             return math.floor(self.max_skips * epoch_samples) if epoch_samples is not None else 0
         return self.max_skips
-
-    def state_dict(self, epoch: int) -> dict[str, int]:
-        """``{"epoch": epoch, "skipped": n}``: the skips counted in the training loop's ``epoch``."""
-        return {KEY_FAILURE_EPOCH: epoch, KEY_SKIPPED: self.skipped(epoch)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        try:
-            epoch, skipped = int(state[KEY_FAILURE_EPOCH]), int(state[KEY_SKIPPED])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"DataLoader state 'failures' must hold int {KEY_FAILURE_EPOCH!r} and "
-                              f"{KEY_SKIPPED!r} (got {state!r})") from err
-        self._epoch, self._skipped = epoch, skipped

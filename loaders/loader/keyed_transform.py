@@ -15,17 +15,16 @@ from typing import Any
 
 __all__ = ["accepts_keywords", "positioned", "start_transform_epoch"]
 
-Pair = tuple[int, Any]  # (batch position, batch)
 
-
-def positioned(transform: Callable[..., Any], *, epoch: int, rank: int, start: int) -> Callable[[Pair], Pair]:
-    """``transform`` on (position, batch) pairs of ``epoch`` on ``rank``; ``start``: batches already consumed."""
+def positioned(transform: Callable[..., Any], *, epoch: int, rank: int, start: int) -> Callable[[int, Any], Any]:
+    """``transform`` as ``f(position, batch)`` for batches of ``epoch`` on ``rank``; ``start``: batches
+    already consumed (for a transform that counts its calls from its ``set_epoch``)."""
     if accepts_keywords(transform, "epoch", "batch_index"):
         if accepts_keywords(transform, "rank"):
-            return lambda pair: (pair[0], transform(pair[1], epoch=epoch, batch_index=pair[0], rank=rank))
-        return lambda pair: (pair[0], transform(pair[1], epoch=epoch, batch_index=pair[0]))
+            return lambda position, batch: transform(batch, epoch=epoch, batch_index=position, rank=rank)
+        return lambda position, batch: transform(batch, epoch=epoch, batch_index=position)
     start_transform_epoch(transform, epoch, start)
-    return lambda pair: (pair[0], transform(pair[1]))
+    return lambda position, batch: transform(batch)
 
 
 def start_transform_epoch(transform: Any, epoch: int, start_index: int) -> None:

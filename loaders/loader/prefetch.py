@@ -54,8 +54,9 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         return fn(batch)
     if isinstance(batch, Mapping):
         items = {key: map_tensors(value, fn) for key, value in batch.items()}
+        mapping_type: Any = type(batch)  # a dict subclass, an OrderedDict, or a Mapping of the user's
         try:
-            return type(batch)(items)
+            return mapping_type(items)
         except TypeError:
             return items
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
@@ -136,7 +137,7 @@ class _CudaStreams:
 
     def hand_over(self, event: Event, tensors: list[torch.Tensor]) -> None:
         consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(event)  # type: ignore[arg-type]
+        consumer.wait_event(event)  # type: ignore[arg-type]  # a torch.cuda.Event: the one this class records
         for tensor in tensors:
             if tensor.is_cuda:
                 tensor.record_stream(consumer)
@@ -255,12 +256,12 @@ class DevicePrefetcher(Generic[T]):
                         batch = next(source)
                     except StopIteration:
                         break
-                    except Exception as err:  # surfaces after the batches already in flight
+                    except Exception as err:  # noqa: BLE001 - surfaces after the batches already in flight
                         failure = err
                         break
                     try:
                         in_flight.append(self._enqueue(batch, streams))
-                    except Exception as err:
+                    except Exception as err:  # noqa: BLE001 - a copy or the transform failed: raised in turn
                         failure = err
                 if not in_flight:
                     if failure is not None:

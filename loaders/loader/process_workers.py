@@ -28,6 +28,7 @@ import re
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch.utils.data
@@ -38,11 +39,12 @@ from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader
 
 from loaders.errors import UnsendableBatchError, WorkerError, WorkerLostError
-from loaders.loader.fetch import EpochSync, Fetched, describe_batch, describe_error, fetch_samples, portable_error
-from loaders.loader.worker_start import WorkerInit
 from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
-from loaders.loader.batch_plan import Job
-from loaders.read.seeding import seed_worker, seeded_for
+from loaders.loader.batch_source import Job
+from loaders.loader.epoch_sync import EpochSync
+from loaders.loader.fetch import Fetched, fetch_samples
+from loaders.loader.messages import describe_batch, describe_error, portable_error
+from loaders.loader.worker_start import WorkerInit, seed_worker, seeded_for
 
 __all__ = ["EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
 
@@ -69,7 +71,7 @@ def _close_at_exit() -> None:
         workers.close()
 
 
-class IndexBatch(list):  # type: ignore[type-arg]
+class IndexBatch(list[Any]):
     """A batch of sampler indices sent to a worker process, tagged with its epoch and position."""
 
     def __init__(self, indices: Sequence[Any], *, epoch: int, position: int) -> None:
@@ -102,7 +104,7 @@ class _Forwarding:
         return len(self.dataset)
 
 
-class GuardedDataset(_Forwarding, torch.utils.data.Dataset):  # type: ignore[type-arg]
+class GuardedDataset(_Forwarding, torch.utils.data.Dataset[Any]):
     """A map-style dataset as seen inside worker processes: failures caught, epochs and seeds per job.
 
     ``__getitems__(IndexBatch)`` returns a ``Fetched`` (not a list) that ``CollateGuard``
@@ -121,7 +123,7 @@ class GuardedDataset(_Forwarding, torch.utils.data.Dataset):  # type: ignore[typ
     def __getitem__(self, index: Any) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, batch: IndexBatch) -> Fetched:  # type: ignore[override]
+    def __getitems__(self, batch: IndexBatch) -> Fetched:  # a Fetched, not a list: CollateGuard takes it
         info = torch.utils.data.get_worker_info()
         if info is not None:
             if self.in_flight is not None:
@@ -131,17 +133,17 @@ class GuardedDataset(_Forwarding, torch.utils.data.Dataset):  # type: ignore[typ
                 seed_worker(self.seed, batch.epoch, info.id, self.rank)
         try:
             self.sync_epoch(batch.epoch)
-        except Exception as err:
-            fetched = Fetched(batch.position, list(batch), [], failure=err)
+        except Exception as err:  # noqa: BLE001 - the dataset's set_epoch failed: this batch fails with it
+            fetched = Fetched(epoch=batch.epoch, position=batch.position, indices=list(batch), failure=err)
         else:
-            fetched = fetch_samples(self.dataset, batch, position=batch.position, skip_errors=self.skip_errors)
-        fetched.epoch = batch.epoch
+            fetched = fetch_samples(self.dataset, batch, epoch=batch.epoch, position=batch.position,
+                                    skip_errors=self.skip_errors)
         if fetched.failure is not None:
             fetched.failure = portable_error(fetched.failure)
         return fetched
 
 
-class EpochStream(_Forwarding, torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+class EpochStream(_Forwarding, torch.utils.data.IterableDataset[Any]):
     """An iterable dataset as seen inside worker processes: ``set_epoch(epoch)`` before each stream.
 
     epoch: a shared int64, written by the loader before each epoch, read by each worker
@@ -200,25 +202,27 @@ class ProcessWorkers:
     """
 
     def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
-                 skip_errors: bool, fallback: Callable[[int, int, int, Any], BatchOutcome] | None = None,
+                 skip_errors: bool, fallback: Callable[[int, Job], BatchOutcome] | None = None,
                  epoch_sync: EpochSync | None = None) -> None:
         self._fallback = fallback
         self._warned_fallback = False
         self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
         self._feeder = _Feeder()
-        self._init = init
         self._timeout_s = float(stock.get("timeout", 0))
         kwargs = dict(stock)
         num_workers = int(kwargs.get("num_workers", 0))
-        if num_workers == 0:
-            kwargs.update(prefetch_factor=None, persistent_workers=False)
-        else:
-            kwargs["worker_init_fn"] = init
         context = kwargs.get("multiprocessing_context") or multiprocessing.get_context()
         if isinstance(context, str):
             context = multiprocessing.get_context(context)
         self._in_flight = context.RawArray("q", 2 * num_workers) if num_workers else None
+        # The epoch of the pass, written before each one: read where a worker starts (its seeds) and
+        # where it starts an iterable's stream. Jobs of map-style datasets carry theirs.
         self._epoch = context.RawValue("q", 0)
+        collate = replace(collate, epoch=self._epoch)
+        if num_workers == 0:
+            kwargs.update(prefetch_factor=None, persistent_workers=False)
+        else:
+            kwargs["worker_init_fn"] = replace(init, epoch=self._epoch)
         if self._map_style:
             dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed, rank=init.rank,
                                      in_flight=self._in_flight, sync_epoch=epoch_sync)
@@ -245,7 +249,6 @@ class ProcessWorkers:
         """Yield the outcomes of ``jobs`` (None: an iterable dataset's whole epoch)."""
         if self._loader is None:
             raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
-        self._init.epoch = epoch
         self._epoch.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
         return self._outcomes(iter(self._loader))
@@ -270,16 +273,17 @@ class ProcessWorkers:
                     del wrapped
             indices = self._feeder.waiting.pop(outcome.position, None)
             if isinstance(outcome.failure, UnsendableBatchError) and self._fallback is not None:
-                outcome = self._build_here(outcome, indices)
+                outcome = self._build_here(self._fallback, outcome, indices)
             yield outcome
 
-    def _build_here(self, outcome: BatchOutcome, indices: Any) -> BatchOutcome:
-        """The batch again, built in this process: its type cannot travel from the workers."""
+    def _build_here(self, fallback: Callable[[int, Job], BatchOutcome], outcome: BatchOutcome,
+                    indices: Any) -> BatchOutcome:
+        """The batch again, built in this process by ``fallback``: its type cannot travel from the workers."""
         if not self._warned_fallback:
             self._warned_fallback = True
             warnings.warn(f"{outcome.failure} -- reading in the main process instead (num_workers was not given); "
                           "pass num_workers=0 to skip the worker processes", stacklevel=4)
-        return self._fallback(0, outcome.epoch, outcome.position, indices if indices is not None else outcome.indices)
+        return fallback(0, Job(outcome.epoch, outcome.position, outcome.indices if indices is None else indices))
 
     def _wrap(self, err: Exception) -> Exception:
         """A dead worker or a timeout: WorkerError naming the batch in flight; else the error itself."""

@@ -1,7 +1,7 @@
 """The workers stage in this process: a pool of threads, or the calling thread itself.
 
 Every backend (these and ``loaders.loader.process_workers.ProcessWorkers``) has ``run(jobs, epoch)``:
-it builds ``loaders.loader.batch_plan.Job``s, pulled lazily from an iterator, into
+it builds ``loaders.loader.batch_source.Job``s, pulled lazily from an iterator, into
 ``loaders.loader.batch_outcome.BatchOutcome``s (in order unless ``in_order=False``), and ``close()``.
 They hold no resume state: batches in flight are built again after a resume.
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.errors import WorkerLostError
-from loaders.loader.fetch import describe_batch
 from loaders.loader.batch_outcome import BatchOutcome
-from loaders.loader.batch_plan import Job
+from loaders.loader.batch_source import Job
+from loaders.loader.messages import describe_batch
 
 __all__ = ["InlineWorkers", "ThreadWorkers"]
 
@@ -52,7 +52,7 @@ def _stop_threads_at_exit() -> None:
     for thread in list(_THREADS):
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-_Work = Callable[[int, int, int, Any], BatchOutcome]  # (worker_id, epoch, position, indices) -> outcome
+_Work = Callable[[int, Job], BatchOutcome]  # (worker_id, job) -> outcome
 _Inbox = queue.SimpleQueue[tuple[int, Job] | None]
 
 
@@ -73,18 +73,19 @@ def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
     if shared.init is not None:
         try:
             shared.init(worker_id)
-        except Exception as err:  # reported with each batch of this worker, not lost in the thread
+        except Exception as err:  # noqa: BLE001 - reported with each batch of this worker, not lost in the thread
             init_error = err
     while (item := inbox.get()) is not None:
         run_id, job = item
         if run_id != shared.run_id:
             continue  # the consumer abandoned that run
         shared.holder[(run_id, job.position)] = worker_id
-        outcome = BatchOutcome(job.position, None, list(job.indices), 0, [], init_error, None, worker_id, job.epoch)
+        outcome = BatchOutcome.failed(epoch=job.epoch, position=job.position, worker_id=worker_id,
+                                      indices=job.indices, failure=init_error)
         if init_error is None:
             try:
-                outcome = shared.work(worker_id, job.epoch, job.position, job.indices)
-            except Exception as err:  # a bug in `work`: reported to the consumer
+                outcome = shared.work(worker_id, job)
+            except Exception as err:  # noqa: BLE001 - a bug in `work`: reported to the consumer
                 outcome.failure = err
         shared.outbox.put((run_id, job.position, outcome))
 
@@ -100,13 +101,13 @@ class _Pass:
 
 
 class ThreadWorkers:
-    """A pool of ``num_workers`` threads building batches with ``work(worker_id, epoch, position, indices)``.
+    """A pool of ``num_workers`` threads building batches with ``work(worker_id, job)``.
 
     The threads share one inbox: whichever is free takes the next batch, so a batch of
     large images on one thread never leaves the other idle behind the in-flight limit
     (batches still come out in order; per-sample randomness is keyed by sample, not thread).
 
-    ``work`` should not raise (``loaders.loader.collate.BatchBuilder`` does not); if it does, the
+    ``work`` should not raise (``loaders.loader.batch_outcome.BatchBuilder`` does not); if it does, the
     outcome carries the error. ``init(worker_id)`` runs first on each thread (the user's
     worker_init_fn; ``get_worker_info()`` is None there). Constructing starts nothing:
     threads start on the first ``run`` and serve later runs until ``close()``, the
@@ -144,7 +145,7 @@ class ThreadWorkers:
             thread.start()
         _RUNNING.add(self)
 
-    def run(self, jobs: Iterable[Job], epoch: int = 0) -> Generator[BatchOutcome, None, None]:
+    def run(self, jobs: Iterable[Job] | None, epoch: int = 0) -> Generator[BatchOutcome, None, None]:
         """Build ``jobs`` (pulled lazily) and yield their outcomes, in order unless ``in_order=False``.
 
         Closing the generator (``break``, ``close()``) abandons the run: queued jobs are
@@ -155,7 +156,7 @@ class ThreadWorkers:
         self._shared.run_id += 1
         self._shared.holder.clear()
         current = _Pass(self._shared.run_id)
-        pending = iter(jobs)
+        pending = iter(jobs or ())
         try:
             while True:
                 self._request(current, pending)
@@ -252,8 +253,8 @@ class InlineWorkers:
     def __init__(self, work: _Work) -> None:
         self._work = work
 
-    def run(self, jobs: Iterable[Job], epoch: int = 0) -> Iterator[BatchOutcome]:
-        return (self._work(0, job.epoch, job.position, job.indices) for job in jobs)
+    def run(self, jobs: Iterable[Job] | None, epoch: int = 0) -> Iterator[BatchOutcome]:
+        return (self._work(0, job) for job in jobs or ())
 
     def close(self, *, wait: bool = True) -> None:
         return None

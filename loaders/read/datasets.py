@@ -14,6 +14,7 @@ the same whatever the number of workers and after a resume.
 
 from __future__ import annotations
 
+import abc
 import inspect
 import json
 import os
@@ -28,11 +29,12 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from loaders.errors import ConfigError, SampleError, ShardError
+from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
+from loaders.validate import invalid
 
 Sample = dict[str, Any]
 Transform = Callable[..., Sample]
@@ -96,7 +98,7 @@ def _with_sample_seed(transform: Transform, sample: Sample, seed: int) -> Sample
         torch.default_generator.set_state(saved[2])
 
 
-class _Keyed:
+class _Keyed(abc.ABC):
     """Shared by both datasets: epoch, seed, transform dispatch and the default sampler."""
 
     order: OrderMode
@@ -105,7 +107,7 @@ class _Keyed:
     def _setup(self, transform: Transform | None, seed: int, order: OrderMode | str, block_size: int,
                topology: Topology | None) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError(f"'seed' must be an int (got {seed!r} that is a {type(seed).__name__})")
+            raise invalid("seed", "an int", seed)
         self.transform = transform
         self.seed = seed
         self.epoch = 0
@@ -117,12 +119,16 @@ class _Keyed:
         # them, which threads cannot do safely: such datasets want process workers.
         self.releases_gil = transform is None or self._transform_takes_rng
 
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Samples in the dataset (all shards)."""
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def default_sampler(self, shuffle: bool, seed: int | None = None, drop_last: bool = False) -> ShardSampler:
         """A distributed, resumable sampler over this dataset (topology detected unless given)."""
-        return ShardSampler(len(self), shuffle=shuffle, seed=self.seed if seed is None else seed,  # type: ignore[arg-type]
+        return ShardSampler(len(self), shuffle=shuffle, seed=self.seed if seed is None else seed,
                             mode=self.order, block_size=self.block_size, drop_last=drop_last, topology=self.topology)
 
     def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
@@ -181,12 +187,13 @@ class ShardDataset(_Keyed, torch.utils.data.Dataset):
         if index < 0:
             index += len(self)
         raw = self.shards.read(index)
-        sample: Sample = {"__key__": self.shards.key(index), "__index__": index, "__shard__": self.shards.shard_name(index)}
+        sample: Sample = {"__key__": self.shards.key(index), "__index__": index,
+                          "__shard__": self.shards.shard_name(index)}
         try:
             for name, data in raw.items():
                 sample[name] = decode_field(name, data)
         except (ValueError, UnicodeDecodeError) as err:
-            raise self.shards._error(index, f"field {name!r} does not decode: {err}") from err
+            raise self.shards.sample_error(index, f"field {name!r} does not decode: {err}") from err
         return self._apply(sample, index, epoch)
 
 
@@ -244,7 +251,8 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
         try:
             table = pq.ParquetFile(file).read_row_group(int(self.group_index[g]), columns=self.columns)
         except OSError as err:
-            raise SampleError(f"{file}: row group {int(self.group_index[g])} unreadable: {err}", shard=file.name) from err
+            raise SampleError(f"{file}: row group {int(self.group_index[g])} unreadable: {err}",
+                              shard=file.name) from err
         columns = table.to_pydict()
         self._local.cache = (g, columns)
         return columns

@@ -5,8 +5,9 @@ mode") whenever the region that will be kept still has at least the requested pi
 that scale, so large photos cost a fraction of a full decode. Other formats decode fully.
 
 The fused crop path (``decode_crop_resize``) decodes only the rows and columns the resize
-reads where the ``loaders.read._jpeg_region`` extension is built (``loaders.read.region``: same
-pixels, 22% less CPU for the fused transform on ImageNet-like photos: ``tools.region_bench``); elsewhere it decodes whole images.
+reads where the ``loaders.read._jpeg_region`` extension is built (``loaders.read.region``:
+same pixels, 22% less CPU for the fused transform on ImageNet-like photos:
+``tools.region_bench``); elsewhere it decodes whole images.
 
 Two JPEG backends, both on libjpeg-turbo: Pillow (Pillow-SIMD where installed) and
 simplejpeg. Pillow is the default and the one obvious path: ``tools.decode_bench`` puts

@@ -19,6 +19,7 @@ import numpy as np
 
 from loaders.errors import ConfigError
 from loaders.read.seeding import sample_seed
+from loaders.validate import check_choice, check_int
 
 __all__ = [
     "OrderMode", "epoch_order", "epoch_rng", "num_batches", "parse_mode", "rank_indices", "sample_rng",
@@ -44,27 +45,15 @@ class OrderMode(enum.StrEnum):
     SEQUENTIAL = "sequential"
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or ConfigError when it is not an int >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive int" if minimum == 1 else "a non-negative int"
-        raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
-    return int(value)
-
-
 def parse_mode(mode: OrderMode | str) -> OrderMode:
     """``mode`` as an OrderMode; ConfigError naming the choices when it is not one."""
-    try:
-        return OrderMode(mode)
-    except ValueError as err:
-        choices = ", ".join(repr(m.value) for m in OrderMode)
-        raise ConfigError(f"'mode' must be one of {choices} (got {mode!r})") from err
+    return check_choice("mode", mode, OrderMode)
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
     """The generator that draws epoch ``epoch``'s order; seed and epoch are non-negative ints."""
-    seed = _check_int("seed", seed, 0)
-    epoch = _check_int("epoch", epoch, 0)
+    seed = check_int("seed", seed, 0)
+    epoch = check_int("epoch", epoch, 0)
     return np.random.default_rng(np.random.SeedSequence([seed, epoch, _EPOCH_DOMAIN]))
 
 
@@ -82,8 +71,8 @@ def epoch_order(
     samples about 0.45 s in GLOBAL mode (numpy's Fisher-Yates, bound by cache misses) and
     0.15 s in BLOCKS mode, on one core of a small cloud VM.
     """
-    num_samples = _check_int("num_samples", num_samples, 0)
-    block_size = _check_int("block_size", block_size, 1)
+    num_samples = check_int("num_samples", num_samples, 0)
+    block_size = check_int("block_size", block_size, 1)
     mode = parse_mode(mode)
     rng = epoch_rng(seed, epoch)  # validates seed and epoch in every mode
     if mode is OrderMode.SEQUENTIAL:
@@ -109,8 +98,8 @@ def _block_order(num_samples: int, block_size: int, rng: np.random.Generator) ->
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool) -> int:
     """Samples each rank reads per epoch: floor(n / ws) with ``drop_last``, else ceil(n / ws)."""
-    num_samples = _check_int("num_samples", num_samples, 0)
-    world_size = _check_int("world_size", world_size, 1)
+    num_samples = check_int("num_samples", num_samples, 0)
+    world_size = check_int("world_size", world_size, 1)
     return num_samples // world_size if drop_last else -(-num_samples // world_size)
 
 
@@ -123,8 +112,8 @@ def rank_indices(order: np.ndarray, *, rank: int, world_size: int, drop_last: bo
     ``world_size > n``). Rank r then takes every ``world_size``-th entry from r, like
     DistributedSampler; every rank gets the same count, so collective ops stay in step.
     """
-    world_size = _check_int("world_size", world_size, 1)
-    rank = _check_int("rank", rank, 0)
+    world_size = check_int("world_size", world_size, 1)
+    rank = check_int("rank", rank, 0)
     if rank >= world_size:
         raise ConfigError(f"'rank' must be < world_size={world_size} (got {rank})")
     order = np.asarray(order)
@@ -138,8 +127,8 @@ def rank_indices(order: np.ndarray, *, rank: int, world_size: int, drop_last: bo
 
 def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
     """Batches from ``num_samples`` samples: floor with ``drop_last`` (no short batch), else ceil."""
-    num_samples = _check_int("num_samples", num_samples, 0)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    num_samples = check_int("num_samples", num_samples, 0)
+    batch_size = check_int("batch_size", batch_size, 1)
     return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 

@@ -80,7 +80,8 @@ def decode_box(data: bytes, full_size: tuple[int, int], n: int, box: tuple[float
         x, width, height = _jpeg_region.decode_region(data, pixels, x0, y0, x1 - x0, y1 - y0, n)
     except (ValueError, NotImplementedError, BufferError):
         return None  # the full decode decides, and words any error
-    region = Image.frombuffer("RGBX", (width, height), pixels, "raw", "RGBX", 0, 1)
+    region = Image.frombuffer("RGBX", (width, height), pixels,  # type: ignore[arg-type]  # any buffer; stubs say bytes
+                             "raw", "RGBX", 0, 1)
     return region.resize(size, resample, box=(left - x, top - y0, left - x + box_w, top - y0 + box_h))
 
 

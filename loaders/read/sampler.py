@@ -24,6 +24,7 @@ import torch.utils.data
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
 from loaders.read.topology import Topology
+from loaders.validate import check_bool, check_int
 
 STATE_VERSION = 1
 KEY_VERSION = "version"
@@ -46,7 +47,7 @@ class SampleIndex(NamedTuple):
     """
 
     # The glossary's name; it hides tuple.index(), which nothing here needs.
-    index: int  # type: ignore[assignment]
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index on purpose
     epoch: int
 
 
@@ -68,7 +69,7 @@ class SampleBatch(Sequence[SampleIndex]):
     def __len__(self) -> int:
         return int(self.indices.shape[0])
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+    def __getitem__(self, i: Any) -> Any:  # an int: a SampleIndex (an int when plain); a slice: a SampleBatch
         if isinstance(i, slice):
             return SampleBatch(self.indices[i], self.epoch, plain=self.plain)
         index = int(self.indices[i])
@@ -83,17 +84,10 @@ class SampleBatch(Sequence[SampleIndex]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal to any sequence of its indices: unhashable
 
     def __repr__(self) -> str:
         return f"SampleBatch(epoch={self.epoch}, indices={self.indices.tolist()!r})"
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive int" if minimum == 1 else "a non-negative int"
-        raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
-    return int(value)
 
 
 class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
@@ -120,15 +114,13 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         topology: Topology | None = None,
     ) -> None:
         super().__init__()
-        self._num_samples = _check_int("num_samples", num_samples, 0)
-        self._seed = _check_int("seed", seed, 0)
-        self._block_size = _check_int("block_size", block_size, 1)
-        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-            if not isinstance(flag, bool):
-                raise ConfigError(f"{name!r} must be a bool (got {flag!r} that is a {type(flag).__name__})")
+        self._num_samples = check_int("num_samples", num_samples, 0)
+        self._seed = check_int("seed", seed, 0)
+        self._block_size = check_int("block_size", block_size, 1)
+        check_bool("shuffle", shuffle)
+        self._drop_last = check_bool("drop_last", drop_last)
         parsed_mode = parse_mode(mode)  # validated even when shuffle=False makes it moot
         self._mode = parsed_mode if shuffle else OrderMode.SEQUENTIAL
-        self._drop_last = drop_last
         self._topology = Topology.detect() if topology is None else topology
         if not isinstance(self._topology, Topology):
             raise ConfigError(f"'topology' must be a Topology or None (got {topology!r})")
@@ -159,7 +151,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
 
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` next, from its start unless a loaded state is for that epoch."""
-        epoch = _check_int("epoch", epoch, 0)
+        epoch = check_int("epoch", epoch, 0)
         self._epoch = epoch
         if self._resume is not None and self._resume[0] == epoch:
             self._position = self._resume[1]
@@ -169,7 +161,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's global sample indices for ``epoch`` (default: the current one), int64 [len(self)]."""
-        epoch = self._epoch if epoch is None else _check_int("epoch", epoch, 0)
+        epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cached is None or self._cached[0] != epoch:
             order = epoch_order(
                 self._num_samples, seed=self._seed, epoch=epoch, mode=self._mode, block_size=self._block_size
@@ -201,7 +193,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         Starts at the resume position exactly as ``__iter__`` does (and consumes a loaded
         state the same way), but builds no per-sample objects.
         """
-        batch_size = _check_int("batch_size", batch_size, 1)
+        batch_size = check_int("batch_size", batch_size, 1)
         mine = self.indices()[self._start_pass():]
         stop = mine.size - mine.size % batch_size if drop_last else mine.size
         plain = self.yields_ints
@@ -215,7 +207,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
 
     def advance(self, count: int) -> None:
         """Record that the training loop consumed ``count`` more samples of this epoch."""
-        count = _check_int("count", count, 0)
+        count = check_int("count", count, 0)
         if self._position + count > self._len:
             raise ConfigError(
                 f"advance({count}) would move position {self._position} past the epoch end ({self._len} samples "
@@ -257,8 +249,8 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
                     f"sampler state {key!r}: expected {value} (this sampler), got {state[key]!r}; "
                     "resume with the same seed, dataset and world size"
                 )
-        epoch = _check_int(KEY_EPOCH, state[KEY_EPOCH], 0)
-        position = _check_int(KEY_POSITION, state[KEY_POSITION], 0)
+        epoch = check_int(KEY_EPOCH, state[KEY_EPOCH], 0)
+        position = check_int(KEY_POSITION, state[KEY_POSITION], 0)
         if position > self._len:
             raise ConfigError(f"sampler state 'position': expected at most {self._len} (samples per rank), "
                               f"got {position}")

@@ -15,21 +15,19 @@ domain             keys                                        used by
 keyed by (seed, epoch) in its own domain). The base seed itself comes from
 ``resolve_seed``: given, else the same on every rank, else drawn like torch draws it.
 
-Process-wide seeding (``seed_worker``) belongs in worker *processes* only: the training
-loop's global ``random`` / numpy / torch generators are never touched in its own process.
+Every function here is pure but ``draw_seed`` (which draws from a torch generator). Seeding
+a worker process's global RNGs from ``worker_seed`` is ``loaders.loader.worker_start.seed_worker``:
+the training loop's global ``random`` / numpy / torch generators are never touched in its own process.
 """
 
 from __future__ import annotations
 
 import operator
-import random
 from typing import SupportsIndex
 
-import numpy as np
 import torch
 
-from loaders.errors import ConfigError
-from loaders.loader.worker_info import record_seed
+from loaders.validate import check_int
 
 __all__ = [
     "DOMAIN_BATCH",
@@ -40,8 +38,6 @@ __all__ = [
     "draw_seed",
     "resolve_seed",
     "sample_seed",
-    "seed_worker",
-    "seeded_for",
     "worker_seed",
 ]
 
@@ -88,47 +84,11 @@ def batch_seed(seed: int, epoch: int, batch_index: int, rank: int = 0) -> int:
     return derive_seed(DOMAIN_BATCH, seed, epoch, batch_index, rank)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive int" if minimum == 1 else "a non-negative int"
-        raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
-    return int(value)
-
-
 def worker_seed(seed: int, epoch: int, worker_id: int, rank: int = 0) -> int:
     """The 64-bit seed of worker ``worker_id`` of ``rank`` in ``epoch``; pure, distinct per key."""
-    keys = [_check_int(name, value, 0) for name, value in
+    keys = [check_int(name, value, 0) for name, value in
             (("seed", seed), ("epoch", epoch), ("rank", rank), ("worker_id", worker_id))]
     return derive_seed(DOMAIN_WORKER, *keys)
-
-
-# (seed, epoch, worker_id, rank) last applied by seed_worker in this process, so a
-# persistent worker re-seeds at an epoch's first batch without resetting its streams.
-_seeded: tuple[int, int, int, int] | None = None
-
-
-def seed_worker(seed: int, epoch: int, worker_id: int, rank: int = 0) -> int:
-    """Seed ``random``, numpy's global generator and torch's CPU generator for this worker process.
-
-    Each from ``worker_seed(...)``, so forked workers stop sharing the parent's numpy
-    state (the classic duplicated-augmentation bug), ranks and epochs draw new numbers.
-    Returns that seed. Process-wide: call it in a worker process only.
-    """
-    global _seeded
-    derived = worker_seed(seed, epoch, worker_id, rank)
-    _seeded = (int(seed), int(epoch), int(worker_id), int(rank))
-    random.seed(derived)
-    # The legacy numpy seed takes at most 32-bit words: hand it all 64 bits as two.
-    np.random.seed([derived & 0xFFFF_FFFF, derived >> 32])
-    # 63 bits for torch: torch.initial_seed() then fits an int64 tensor, as torch's worker seeds do.
-    torch.manual_seed(derived >> 1)
-    record_seed(derived >> 1)  # get_worker_info().seed: the seed in use, as torch promises
-    return derived
-
-
-def seeded_for() -> tuple[int, int, int, int] | None:
-    """The (seed, epoch, worker_id, rank) of this process's last ``seed_worker`` call, or None."""
-    return _seeded
 
 
 def draw_seed(generator: torch.Generator | None) -> int:

@@ -112,9 +112,10 @@ class TarShardSet:
         try:
             data = os.pread(self._fd(shard), end - start, start)
         except OSError as err:
-            raise self._error(i, f"read failed: {err.strerror}") from err
+            raise self.sample_error(i, f"read failed: {err.strerror}") from err
         if len(data) != end - start:
-            raise self._error(i, f"short read: {len(data)} of {end - start} bytes at offset {start} (shard truncated?)")
+            raise self.sample_error(i, f"short read: {len(data)} of {end - start} bytes at offset {start} "
+                                       "(shard truncated?)")
         if int(present.sum()) == 1:  # one field spans the whole read: no second copy of its bytes
             return {self.fields[int(present.argmax())]: data}
         view = memoryview(data)
@@ -124,7 +125,8 @@ class TarShardSet:
             if present[j]
         }
 
-    def _error(self, i: int, what: str) -> SampleError:
+    def sample_error(self, i: int, what: str) -> SampleError:
+        """A SampleError about sample ``i`` naming its shard, key and byte offset, saying ``what`` went wrong."""
         shard = self.shard_name(i)
         offset = int(self.sample_offset[i])
         return SampleError(f"{self.root / shard}: sample {self.key(i)!r} at byte {offset}: {what}",

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from loaders.errors import ConfigError
+from loaders.validate import check_int
 
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
@@ -24,12 +25,6 @@ ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 # Module constants so tests can point them at fake files.
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        kind = "a positive int" if minimum == 1 else "a non-negative int"
-        raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
 
 
 @dataclass(frozen=True)
@@ -47,10 +42,8 @@ class Topology:
     local_world_size: int = 1
 
     def __post_init__(self) -> None:
-        _check_int("world_size", self.world_size, 1)
-        _check_int("rank", self.rank, 0)
-        _check_int("local_world_size", self.local_world_size, 1)
-        _check_int("local_rank", self.local_rank, 0)
+        for name, minimum in (("world_size", 1), ("rank", 0), ("local_world_size", 1), ("local_rank", 0)):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
         if self.rank >= self.world_size:
             raise ConfigError(f"'rank' must be < world_size={self.world_size} (got {self.rank})")
         if self.local_rank >= self.local_world_size:

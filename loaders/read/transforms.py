@@ -16,18 +16,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from loaders.read.decode import (Backend, Interpolation, decode_crop_resize, decode_rgb, image_size, pil_filter,
                             resolve_backend)
 from loaders.errors import ConfigError, SampleError
+from loaders.validate import invalid
 
 IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp")  # searched in this order when `field` is None
 CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop.get_params
 _DECIMAL = re.compile(r"-?[0-9]+")
+Box = tuple[float, float, float, float]  # left, top, width, height in full-resolution pixels
 
 
 @runtime_checkable
@@ -67,7 +69,7 @@ def random_resized_crop_box(width: int, height: int, scale: tuple[float, float],
     return (width - crop_w) // 2, (height - crop_h) // 2, crop_w, crop_h
 
 
-def center_crop_box(width: int, height: int, size: tuple[int, int], resize_short: int) -> tuple[float, ...]:
+def center_crop_box(width: int, height: int, size: tuple[int, int], resize_short: int) -> Box:
     """The box (left, top, width, height), in source pixels and fractional, that torchvision's
     ``Resize(resize_short)`` then ``CenterCrop(size)`` keeps; size is (height, width).
     """
@@ -90,6 +92,7 @@ class RandomResizedCropDecode:
     """
 
     size: int | tuple[int, int]
+    _: KW_ONLY  # the rest by keyword
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip_p: float = 0.5
@@ -103,7 +106,7 @@ class RandomResizedCropDecode:
         object.__setattr__(self, "scale", _check_range("scale", self.scale, upper=1.0))
         object.__setattr__(self, "ratio", _check_range("ratio", self.ratio, upper=math.inf))
         if isinstance(self.flip_p, bool) or not isinstance(self.flip_p, (int, float)) or not 0 <= self.flip_p <= 1:
-            raise _invalid("flip_p", "a float in [0, 1]", self.flip_p)
+            raise invalid("flip_p", "a float in [0, 1]", self.flip_p)
         _check_decode_options(self)
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
@@ -124,6 +127,7 @@ class CenterCropDecode:
     """
 
     size: int | tuple[int, int]
+    _: KW_ONLY  # the rest by keyword
     resize_short: int | None = None
     field: str | None = None
     out_field: str = "image"
@@ -133,18 +137,20 @@ class CenterCropDecode:
     def __post_init__(self) -> None:
         size = _check_size("size", self.size)
         object.__setattr__(self, "size", size)
-        if self.resize_short is None:
-            object.__setattr__(self, "resize_short", round(max(size) / 0.875))
-        elif isinstance(self.resize_short, bool) or not isinstance(self.resize_short, int) or self.resize_short <= 0:
-            raise _invalid("resize_short", "a positive int", self.resize_short)
-        if max(size) > self.resize_short:
+        resize_short = round(max(size) / 0.875) if self.resize_short is None else self.resize_short
+        if isinstance(resize_short, bool) or not isinstance(resize_short, int) or resize_short <= 0:
+            raise invalid("resize_short", "a positive int", resize_short)
+        object.__setattr__(self, "resize_short", resize_short)
+        if max(size) > resize_short:
             raise ConfigError(f"'size' {size} must fit in the resized image: 'resize_short' must be "
-                              f">= {max(size)} (got {self.resize_short})")
+                              f">= {max(size)} (got {resize_short})")
         _check_decode_options(self)
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        # Both normalised by __post_init__: (height, width) and an int.
+        size, resize_short = cast(tuple[int, int], self.size), cast(int, self.resize_short)
         return _decode_crop(self, sample, lambda width, height: (
-            center_crop_box(width, height, self.size, self.resize_short), False))
+            center_crop_box(width, height, size, resize_short), False))
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ class DecodeLabel:
 
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field:
-            raise _invalid("field", "a non-empty str", self.field)
+            raise invalid("field", "a non-empty str", self.field)
         _check_fields(None, self.out_field)
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
@@ -202,19 +208,16 @@ class Compose:
 
     def __post_init__(self) -> None:
         if isinstance(self.transforms, (str, bytes)) or not isinstance(self.transforms, Sequence):
-            raise _invalid("transforms", "a sequence of transforms", self.transforms)
+            raise invalid("transforms", "a sequence of transforms", self.transforms)
         for i, transform in enumerate(self.transforms):
             if not callable(transform):
-                raise _invalid(f"transforms[{i}]", "a callable (sample, rng) -> sample", transform)
+                raise invalid(f"transforms[{i}]", "a callable (sample, rng) -> sample", transform)
         object.__setattr__(self, "transforms", tuple(self.transforms))
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         for transform in self.transforms:
             sample = transform(sample, rng)
         return sample
-
-
-Box = tuple[float, float, float, float]  # left, top, width, height in full-resolution pixels
 
 
 def _check_decode_options(transform: RandomResizedCropDecode | CenterCropDecode) -> None:
@@ -229,7 +232,7 @@ def _decode_crop(transform: RandomResizedCropDecode | CenterCropDecode, sample: 
                  place: Callable[[int, int], tuple[Box, bool]]) -> dict[str, Any]:
     """Decode the box ``place(width, height)`` chooses (and whether to flip) at ``transform.size``."""
     field, data = _image_data(sample, transform.field)
-    out_h, out_w = transform.size
+    out_h, out_w = cast(tuple[int, int], transform.size)  # normalised by __post_init__
     try:
         width, height = image_size(data)
         box, flip = place(width, height)
@@ -240,36 +243,31 @@ def _decode_crop(transform: RandomResizedCropDecode | CenterCropDecode, sample: 
     return _replace(sample, field, transform.out_field, image)
 
 
-def _invalid(name: str, expected: str, value: object) -> ConfigError:
-    return ConfigError(f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__})")
-
-
 def _is_pos_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _check_size(name: str, value: object) -> tuple[int, int]:
-    if _is_pos_int(value):
-        return value, value  # type: ignore[return-value]
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_pos_int(v) for v in value):
-        return value[0], value[1]
-    raise _invalid(name, "a positive int or a (height, width) pair of positive ints", value)
+    pair = (value, value) if isinstance(value, int) else value
+    if isinstance(pair, (tuple, list)) and len(pair) == 2 and all(_is_pos_int(v) for v in pair):
+        return int(pair[0]), int(pair[1])
+    raise invalid(name, "a positive int or a (height, width) pair of positive ints", value)
 
 
 def _check_range(name: str, value: object, *, upper: float) -> tuple[float, float]:
-    ok = (isinstance(value, (tuple, list)) and len(value) == 2
-          and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
-    if not ok or not 0 < value[0] <= value[1] <= upper:  # type: ignore[index]
-        bound = "" if math.isinf(upper) else f" <= {upper}"
-        raise _invalid(name, f"a (low, high) pair with 0 < low <= high{bound}", value)
-    return float(value[0]), float(value[1])  # type: ignore[index]
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            and 0 < value[0] <= value[1] <= upper):
+        return float(value[0]), float(value[1])
+    bound = "" if math.isinf(upper) else f" <= {upper}"
+    raise invalid(name, f"a (low, high) pair with 0 < low <= high{bound}", value)
 
 
 def _check_fields(field: str | None, out_field: str) -> None:
     if field is not None and (not isinstance(field, str) or not field):
-        raise _invalid("field", "None or a non-empty str", field)
+        raise invalid("field", "None or a non-empty str", field)
     if not isinstance(out_field, str) or not out_field:
-        raise _invalid("out_field", "a non-empty str", out_field)
+        raise invalid("out_field", "a non-empty str", out_field)
 
 
 def _sample_index(sample: dict[str, Any]) -> int:

@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from loaders.loader.collate import default_collate, stack_into
 from loaders.errors import BatchShapeError, SampleError
-from loaders.loader.fetch import EpochSync, Fetched, fetch_samples, portable_error
+from loaders.loader.batch_source import Job
+from loaders.loader.epoch_sync import EpochSync
+from loaders.loader.fetch import Fetched, fetch_samples
+from loaders.loader.messages import portable_error
 from loaders.loader.batch_outcome import BatchBuilder, CollateGuard, collate_outcome, failure_error
 from loaders.loader.pinning import PinAfter
 from tests.loaders.resume_harness import items_equal
@@ -117,7 +120,7 @@ def test_pin_memory_pins_every_tensor() -> None:
     assert batch["image"].is_pinned() and batch["image"].dtype == torch.uint8
     assert batch["label"].is_pinned()
     assert PinAfter(lambda samples: torch.zeros(len(samples)))([1, 2]).is_pinned()
-    outcome = collate_outcome(Fetched(0, [0], [images(1)[0]]), default_collate, auto_collation=True, worker_id=0)
+    outcome = collate_outcome(Fetched(epoch=0, position=0, indices=[0], samples=[images(1)[0]]), default_collate, auto_collation=True, worker_id=0)
     assert outcome.pin_memory().batch.is_pinned()
 
 
@@ -146,7 +149,7 @@ class Flaky(torch.utils.data.Dataset):
 
 
 def test_fetch_skips_failing_samples_and_records_why() -> None:
-    fetched = fetch_samples(Flaky(10, {2, 5}), [1, 2, 3, 5], position=4, skip_errors=True)
+    fetched = fetch_samples(Flaky(10, {2, 5}), [1, 2, 3, 5], epoch=0, position=4, skip_errors=True)
     assert fetched.samples == [1, 3]
     assert [s.index for s in fetched.skips] == [2, 5]
     assert "shard 's-000.tar', key 'k2', offset 1024" in fetched.skips[0].error
@@ -154,17 +157,17 @@ def test_fetch_skips_failing_samples_and_records_why() -> None:
 
 
 def test_fetch_stops_at_first_failure_when_raising() -> None:
-    fetched = fetch_samples(Flaky(10, {2}), [1, 2, 3], position=0, skip_errors=False)
+    fetched = fetch_samples(Flaky(10, {2}), [1, 2, 3], epoch=0, position=0, skip_errors=False)
     assert isinstance(fetched.failure, SampleError)
     assert fetched.failed_index == 2
 
 
 def test_fetch_uses_getitems_and_falls_back_per_sample_to_find_failures() -> None:
     good = Flaky(10, set(), batched=True)
-    assert fetch_samples(good, [0, 1], position=0, skip_errors=True).samples == [0, 1]
+    assert fetch_samples(good, [0, 1], epoch=0, position=0, skip_errors=True).samples == [0, 1]
     assert good.batched_calls == 1
     flaky = Flaky(10, {1}, batched=True)
-    fetched = fetch_samples(flaky, [0, 1, 2], position=0, skip_errors=True)
+    fetched = fetch_samples(flaky, [0, 1, 2], epoch=0, position=0, skip_errors=True)
     assert fetched.samples == [0, 2] and [s.index for s in fetched.skips] == [1]
 
 
@@ -172,9 +175,9 @@ def test_collate_failure_and_all_skipped_batch_are_outcomes_not_exceptions() -> 
     def broken(samples: list[int]) -> None:
         raise ValueError("collate broke")
 
-    outcome = collate_outcome(Fetched(3, [0, 1], [0, 1]), broken, auto_collation=True, worker_id=1)
+    outcome = collate_outcome(Fetched(epoch=0, position=3, indices=[0, 1], samples=[0, 1]), broken, auto_collation=True, worker_id=1)
     assert isinstance(outcome.failure, ValueError) and outcome.batch is None
-    empty = collate_outcome(Fetched(3, [0], []), default_collate, auto_collation=True, worker_id=1)
+    empty = collate_outcome(Fetched(epoch=0, position=3, indices=[0], samples=[]), default_collate, auto_collation=True, worker_id=1)
     assert empty.batch is None and empty.failure is None and empty.num_samples == 0
 
 
@@ -183,7 +186,7 @@ def builder(dataset: Any, collate: Any = default_collate, auto_collation: bool =
 
 
 def test_failure_error_keeps_the_class_and_names_worker_batch_indices_and_sample() -> None:
-    outcome = builder(Flaky(10, {6}))(2, 0, 17, [5, 6, 7])
+    outcome = builder(Flaky(10, {6}))(2, Job(0, 17, [5, 6, 7]))
     err = failure_error(outcome, "thread")
     assert type(err) is SampleError
     assert err.key == "k6" and str(err) == "bad sample 6"
@@ -196,7 +199,7 @@ def test_failure_error_keeps_the_class_and_names_worker_batch_indices_and_sample
 
 def test_builder_without_auto_collation_collates_the_single_sample() -> None:
     single = builder(Flaky(4, set()), torch.utils.data.default_convert, auto_collation=False)
-    assert single(0, 0, 0, [3]).batch == 3
+    assert single(0, Job(0, 0, [3])).batch == 3
 
 
 class Unpicklable(Exception):

@@ -23,7 +23,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import RandomSampler
 
-import loaders.loader.dataloader as dataloader_mod
+import loaders.loader.settings as settings_mod
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.loader.dataloader import DataLoader, OnError, WorkerType
 from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError, WorkerLostError
@@ -89,7 +89,7 @@ def loader_threads() -> list[threading.Thread]:
 
 
 def test_defaults_follow_topology_and_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dataloader_mod, "default_num_workers", lambda topology: 2)
+    monkeypatch.setattr(settings_mod, "default_num_workers", lambda topology: 2)
     loader = DataLoader(Numbers())
     assert loader.num_workers == 2
     assert loader.pin_memory == torch.cuda.is_available()

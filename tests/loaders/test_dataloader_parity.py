@@ -221,7 +221,7 @@ def test_stock_attributes_read_back_as_given() -> None:
 
 
 def test_resolved_defaults_read_back_as_what_the_loader_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("loaders.loader.dataloader.default_num_workers", lambda topology: 2)
+    monkeypatch.setattr("loaders.loader.settings.default_num_workers", lambda topology: 2)
     loader = DataLoader(Samples(releases_gil=True), batch_size=2)
     assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 2)
     assert loader.pin_memory is torch.cuda.is_available()
@@ -293,7 +293,7 @@ def test_a_batch_worker_processes_cannot_send_is_an_error_not_a_hang(monkeypatch
     with pytest.raises(UnsendableBatchError, match="cannot be sent to the main process"):
         list(DataLoader(NestedNamedTuples(), batch_size=2, num_workers=2, worker_type="process", timeout=30))
     # Workers the user did not ask for: the batches are built in the main process instead, with a warning.
-    monkeypatch.setattr("loaders.loader.dataloader.default_num_workers", lambda topology: 2)
+    monkeypatch.setattr("loaders.loader.settings.default_num_workers", lambda topology: 2)
     with pytest.warns(UserWarning, match="reading in the main process instead"):
         ours = list(DataLoader(NestedNamedTuples(), batch_size=2, worker_type="process"))
     assert_same(list(torch.utils.data.DataLoader(NestedNamedTuples(), batch_size=2)), ours)

@@ -23,7 +23,7 @@ from torch.utils.data import DistributedSampler, SequentialSampler
 from loaders import DataLoader, ShardDataset
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.errors import ConfigError
-from loaders.loader.fetch import EpochSync
+from loaders.loader.epoch_sync import EpochSync
 from tests.loaders.resume_harness import check_resume, items_equal
 
 SIZE = 14
@@ -277,7 +277,7 @@ def test_persistent_worker_processes_are_kept_once_the_loader_sets_the_epoch() -
         for epoch in range(3):
             loader.set_epoch(epoch)
             list(loader)
-            pids.append(sorted(p.pid for p in loader._shared.handles))  # type: ignore[union-attr]
+            pids.append(sorted(p.pid for p in loader.pool.shared.handles))  # type: ignore[union-attr]
         assert pids[0] == pids[1] == pids[2]
 
 
@@ -378,16 +378,15 @@ def test_ranks_do_not_apply_the_same_augmentation_to_their_batch_k(monkeypatch: 
 
 
 def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
-    from loaders.loader.failures import FailurePolicy
     from loaders.loader.batch_plan import BatchPlan
-    from loaders.loader.progress import KEY_FAILURES, KEY_PLAN, STATE_KEYS
-    from loaders.loader.stage import StatefulStage
+    from loaders.loader.progress import KEY_PLAN, STATE_KEYS
+    from loaders.loader.stage import Stage
 
     loader = DataLoader(Pictures(), sampler=SeededSampler(SIZE, 1), batch_size=3, num_workers=0)
-    stages = loader._stages()
-    assert all(isinstance(stage, StatefulStage) for stage in stages)
-    assert [type(stage) for stage in stages] == [BatchPlan, FailurePolicy]
-    assert [stage.key for stage in stages] == [KEY_PLAN, KEY_FAILURES]
+    stages = [loader._chain.source]  # the stateful stage; the skip count is the owner's (Progress)
+    assert all(isinstance(stage, Stage) for stage in stages)
+    assert [type(stage) for stage in stages] == [BatchPlan]
+    assert [stage.key for stage in stages] == [KEY_PLAN]
     state = loader.state_dict()
     assert set(state) == set(STATE_KEYS) and state["version"] == 2
     assert set(state["plan"]) == {"sampler", "world_size"} and set(state["failures"]) == {"epoch", "skipped"}
@@ -457,7 +456,7 @@ def test_worker_processes_restart_only_when_the_users_dataset_epoch_may_have_cha
                 if epoch is not None:
                     dataset.set_epoch(epoch)
                 assert {int(e) for _, epochs in loader for e in epochs} == {-1 if epoch is None else epoch}
-                seen.append(sorted(p.pid for p in loader._shared.handles))  # type: ignore[union-attr]
+                seen.append(sorted(p.pid for p in loader.pool.shared.handles))  # type: ignore[union-attr]
         return seen
 
     first, same, changed, same_again = pids_per_pass(EpochTagged(), [3, 3, 4, 4])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import types
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from loaders.loader import worker_start as limits
 from loaders.errors import ConfigError
-from loaders.loader.worker_start import THREAD_ENV_VARS, WorkerInit, limit_threads
-from loaders.read.seeding import seed_worker, seeded_for, worker_seed
+from loaders.loader import worker_start
+from loaders.loader.worker_start import THREAD_ENV_VARS, WorkerInit, limit_threads, seed_worker, seeded_for
+from loaders.read.seeding import worker_seed
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_limit_threads_sets_torch_and_environment(restore_threads: None) -> None
     limit_threads(1)
     assert torch.get_num_threads() == 1
     for name in THREAD_ENV_VARS:
-        assert limits.os.environ[name] == "1"
+        assert worker_start.os.environ[name] == "1"
 
 
 def test_limit_threads_reaches_threadpoolctl_and_loaded_cv2(
@@ -98,11 +99,16 @@ def test_seed_worker_rejects_negative_arguments() -> None:
         seed_worker(0, -1, 0)
 
 
-def test_worker_init_limits_then_seeds_then_calls_user_fn(
-        restore_threads: None, restore_rngs: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    order: list[str] = []
-    monkeypatch.setattr(limits, "limit_threads", lambda n: order.append(f"limit {n}"))
-    monkeypatch.setattr(limits, "seed_worker", lambda s, e, w, r: order.append(f"seed {s} {e} {w} {r}"))
-    init = WorkerInit(seed=5, threads_per_worker=2, user_fn=lambda w: order.append(f"user {w}"), epoch=3, rank=4)
-    init(1)
-    assert order == ["limit 2", "seed 5 3 1 4", "user 1"]
+def test_the_users_worker_init_fn_runs_with_thread_limits_and_seeds_in_force(
+        restore_threads: None, restore_rngs: None) -> None:
+    seen: list[tuple[object, ...]] = []
+
+    def user_fn(worker_id: int) -> None:  # what a worker_init_fn can observe when it runs
+        seen.append((worker_id, torch.get_num_threads(), os.environ["OMP_NUM_THREADS"], seeded_for(),
+                     torch.initial_seed(), random.random()))
+
+    epoch = types.SimpleNamespace(value=3)  # the shared int the process workers write before a pass
+    WorkerInit(seed=5, threads_per_worker=2, user_fn=user_fn, epoch=epoch, rank=4)(1)
+    expected_seed = worker_seed(5, 3, 1, 4)
+    random.seed(expected_seed)
+    assert seen == [(1, 2, "2", (5, 3, 1, 4), expected_seed >> 1, random.random())]

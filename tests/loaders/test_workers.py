@@ -16,7 +16,7 @@ from loaders.errors import SampleError, WorkerError
 from loaders.loader.fetch import Fetched
 from loaders.loader.worker_start import WorkerInit
 from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
-from loaders.loader.batch_plan import Job
+from loaders.loader.batch_source import Job
 from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
 from loaders.loader.thread_workers import ThreadWorkers
 
@@ -25,8 +25,10 @@ def jobs(count: int, size: int = 2, epoch: int = 0) -> list[Job]:
     return [Job(epoch, b, list(range(b * size, (b + 1) * size))) for b in range(count)]
 
 
-def echo(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-    return BatchOutcome(position, (worker_id, list(indices)), indices, len(indices), [], None, None, worker_id, epoch)
+def echo(worker_id: int, job: Job) -> BatchOutcome:
+    indices = list(job.indices)
+    return BatchOutcome(epoch=job.epoch, position=job.position, worker_id=worker_id, indices=indices,
+                        batch=(worker_id, indices), num_samples=len(indices))
 
 
 def pool_threads() -> list[threading.Thread]:
@@ -37,13 +39,13 @@ def test_batches_come_back_in_order_and_a_free_thread_takes_the_next_batch() -> 
     release = threading.Event()
     built: list[int] = []
 
-    def slow_first(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-        if position == 0:
+    def slow_first(worker_id: int, job: Job) -> BatchOutcome:
+        if job.position == 0:
             release.wait(30)  # held until the other thread has built 1, 2 and 3
-        built.append(position)
-        if position == 3:
+        built.append(job.position)
+        if job.position == 3:
             release.set()
-        return echo(worker_id, epoch, position, indices)
+        return echo(worker_id, job)
 
     with ThreadWorkers(slow_first, num_workers=2, max_in_flight=4) as pool:
         outcomes = list(pool.run(jobs(10)))
@@ -57,10 +59,10 @@ def test_batches_come_back_in_order_and_a_free_thread_takes_the_next_batch() -> 
 def test_out_of_order_delivery_yields_every_batch_once() -> None:
     release = threading.Event()
 
-    def slow_first(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-        if position == 0:
+    def slow_first(worker_id: int, job: Job) -> BatchOutcome:
+        if job.position == 0:
             release.wait(10)
-        return echo(worker_id, epoch, position, indices)
+        return echo(worker_id, job)
 
     with ThreadWorkers(slow_first, num_workers=2, max_in_flight=4, in_order=False) as pool:
         run = pool.run(jobs(6))
@@ -74,9 +76,9 @@ def test_out_of_order_delivery_yields_every_batch_once() -> None:
 def test_at_most_max_in_flight_batches_are_requested_ahead() -> None:
     started: list[int] = []
 
-    def record(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-        started.append(position)
-        return echo(worker_id, epoch, position, indices)
+    def record(worker_id: int, job: Job) -> BatchOutcome:
+        started.append(job.position)
+        return echo(worker_id, job)
 
     with ThreadWorkers(record, num_workers=2, max_in_flight=3) as pool:
         run = pool.run(jobs(20))
@@ -88,7 +90,7 @@ def test_at_most_max_in_flight_batches_are_requested_ahead() -> None:
 
 
 def test_exception_in_work_becomes_the_outcome_failure() -> None:
-    def broken(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
+    def broken(worker_id: int, job: Job) -> BatchOutcome:
         raise KeyError("bug")
 
     with ThreadWorkers(broken, num_workers=2, max_in_flight=2) as pool:
@@ -114,10 +116,10 @@ def test_init_runs_once_per_thread_and_its_failure_reaches_the_consumer() -> Non
 def test_timeout_names_worker_batch_and_indices() -> None:
     release = threading.Event()
 
-    def hang(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-        if position == 1:
+    def hang(worker_id: int, job: Job) -> BatchOutcome:
+        if job.position == 1:
             release.wait(30)
-        return echo(worker_id, epoch, position, indices)
+        return echo(worker_id, job)
 
     pool = ThreadWorkers(hang, num_workers=2, max_in_flight=2, timeout_s=0.3)
     run = pool.run(jobs(3))
@@ -132,7 +134,7 @@ def test_timeout_names_worker_batch_and_indices() -> None:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_thread_is_detected() -> None:
-    def exit_thread(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
+    def exit_thread(worker_id: int, job: Job) -> BatchOutcome:
         raise SystemExit  # not an Exception: ends the thread without an outcome
 
     with ThreadWorkers(exit_thread, num_workers=1, max_in_flight=1) as pool, \
@@ -142,10 +144,10 @@ def test_a_dead_thread_is_detected() -> None:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_thread_holding_a_batch_is_named_while_the_other_lives_on() -> None:
-    def exit_on_batch_1(worker_id: int, epoch: int, position: int, indices: list[int]) -> BatchOutcome:
-        if position == 1:
+    def exit_on_batch_1(worker_id: int, job: Job) -> BatchOutcome:
+        if job.position == 1:
             raise SystemExit  # ends this thread; the other keeps taking batches
-        return echo(worker_id, epoch, position, indices)
+        return echo(worker_id, job)
 
     with ThreadWorkers(exit_on_batch_1, num_workers=2, max_in_flight=2) as pool:
         run = pool.run(jobs(6))
