@@ -70,7 +70,7 @@ FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, de
             e2e_workers=(4, 8, 16), scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), loader_batch=64,
             loader_epochs=2, pytest_targets=("tests",), pytest_timeout_s=300.0)
 SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), scale_workers=(1, 2),
-             writer_processes=(2,), loader_batch=4, loader_epochs=1, pytest_targets=("tests/loaders/test_cuda_correctness.py",),
+             writer_processes=(2,), loader_batch=4, loader_epochs=1, pytest_targets=("tests/loaders/loader/test_cuda_correctness.py",),
              pytest_timeout_s=120.0)
 
 

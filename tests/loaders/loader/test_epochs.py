@@ -24,25 +24,10 @@ from loaders import DataLoader, ShardDataset
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.errors import ConfigError
 from loaders.loader.epoch_sync import EpochSync
+from tests.loaders.helpers import Pictures
 from tests.loaders.resume_harness import check_resume, items_equal
 
 SIZE = 14
-
-
-class Pictures(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Sample i -> {"image": uint8 [8, 8, 3] (fixed random pixels), "label": i}."""
-
-    releases_gil = True
-
-    def __init__(self, size: int = SIZE) -> None:
-        gen = torch.Generator().manual_seed(5)
-        self.images = torch.randint(0, 256, (size, 8, 8, 3), dtype=torch.uint8, generator=gen).numpy()
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        return {"image": self.images[index], "label": index}
 
 
 def augment() -> Augment:
@@ -53,7 +38,8 @@ def augment() -> Augment:
 
 
 def idiomatic(loader: DataLoader[Any], first_epoch: int, epochs: int) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """``for epoch in range(start, N): loader.set_epoch(epoch); for batch in loader: ...``, with the state after each."""
+    """``for epoch in range(start, N): loader.set_epoch(epoch); for batch in loader: ...``, with the state
+    after each."""
     for epoch in range(first_epoch, epochs):
         loader.set_epoch(epoch)
         for batch in loader:
@@ -66,7 +52,7 @@ def idiomatic(loader: DataLoader[Any], first_epoch: int, epochs: int) -> Iterato
 def test_resume_then_set_epoch_of_the_same_epoch_yields_exactly_the_rest(
         shuffle: bool, workers: dict[str, Any], stop: int) -> None:
     def make() -> DataLoader[Any]:
-        return DataLoader(Pictures(), batch_size=3, shuffle=shuffle, seed=8, device="cpu",
+        return DataLoader(Pictures(SIZE, side=8), batch_size=3, shuffle=shuffle, seed=8, device="cpu",
                           device_transform=augment(), persistent_workers=False, **workers)
 
     full = list(idiomatic(make(), 0, 2))
@@ -86,9 +72,9 @@ def test_resume_then_set_epoch_of_the_same_epoch_yields_exactly_the_rest(
 
 def test_a_users_distributed_sampler_keeps_the_epoch_the_user_set() -> None:
     def order(make: Any) -> list[int]:
-        sampler = DistributedSampler(Pictures(), num_replicas=2, rank=0, shuffle=True, seed=3)
+        sampler = DistributedSampler(Pictures(SIZE, side=8), num_replicas=2, rank=0, shuffle=True, seed=3)
         sampler.set_epoch(5)
-        loader = make(Pictures(), sampler=sampler, batch_size=2, num_workers=0)
+        loader = make(Pictures(SIZE, side=8), sampler=sampler, batch_size=2, num_workers=0)
         labels = [i for batch in loader for i in batch["label"].tolist()]
         assert sampler.epoch == 5
         return labels
@@ -118,7 +104,7 @@ class Endless(torch.utils.data.Sampler[int]):
                                      {"num_workers": 2, "worker_type": "process"}])
 def test_an_infinite_sampler_gives_its_first_batch_at_once_with_bounded_lookahead(workers: dict[str, Any]) -> None:
     sampler = Endless(SIZE)
-    with DataLoader(Pictures(), sampler=sampler, batch_size=4, **workers) as loader:
+    with DataLoader(Pictures(SIZE, side=8), sampler=sampler, batch_size=4, **workers) as loader:
         iterator = iter(loader)
         first = [next(iterator)["label"].tolist() for _ in range(30)]
         assert first[0] == [0, 1, 2, 3] and first[4] == [2, 3, 4, 5]  # wraps around like the sampler
@@ -158,7 +144,7 @@ def consume(loader: DataLoader[Any]) -> Iterator[list[int]]:
 @pytest.mark.parametrize("stop", [2, 5, 7])
 def test_a_sampler_with_state_but_no_skip_ahead_resumes_exactly(stop: int) -> None:
     def make() -> DataLoader[Any]:
-        return DataLoader(Pictures(), sampler=SeededSampler(SIZE, 4), batch_size=3, num_workers=0)
+        return DataLoader(Pictures(SIZE, side=8), sampler=SeededSampler(SIZE, 4), batch_size=3, num_workers=0)
 
     check_resume(make, consume, stop)
 
@@ -187,7 +173,7 @@ class SelfResuming(torch.utils.data.Sampler[int]):
 
 def test_a_sampler_that_resumes_itself_is_exact_or_refused_never_a_short_epoch() -> None:
     def make() -> DataLoader[Any]:
-        return DataLoader(Pictures(), sampler=SelfResuming(SIZE), batch_size=3, num_workers=0)
+        return DataLoader(Pictures(SIZE, side=8), sampler=SelfResuming(SIZE), batch_size=3, num_workers=0)
 
     check_resume(make, consume, 2)  # saved in epoch 0: exact
     loader = make()
@@ -196,7 +182,8 @@ def test_a_sampler_that_resumes_itself_is_exact_or_refused_never_a_short_epoch()
         next(iterator)
     resumed = make()
     resumed.load_state_dict(loader.state_dict())
-    with pytest.raises(ConfigError, match="SelfResuming yielded 0 batches after load_state_dict where 3 of its 5 remained"):
+    with pytest.raises(ConfigError,
+                       match="SelfResuming yielded 0 batches after load_state_dict where 3 of its 5 remained"):
         list(resumed)
 
 
@@ -318,8 +305,8 @@ def labels(batches: Any) -> list[list[int]]:
 
 
 def test_a_peek_inside_the_loop_does_not_end_the_outer_epoch() -> None:
-    loader = DataLoader(Pictures(), batch_size=3, shuffle=True, seed=2, num_workers=2, worker_type="thread")
-    expected = labels(DataLoader(Pictures(), batch_size=3, shuffle=True, seed=2, num_workers=0))
+    loader = DataLoader(Pictures(SIZE, side=8), batch_size=3, shuffle=True, seed=2, num_workers=2, worker_type="thread")
+    expected = labels(DataLoader(Pictures(SIZE, side=8), batch_size=3, shuffle=True, seed=2, num_workers=0))
     outer, peeks = [], []
     for batch in loader:
         outer.append(batch["label"].tolist())
@@ -330,9 +317,10 @@ def test_a_peek_inside_the_loop_does_not_end_the_outer_epoch() -> None:
 
 
 def test_zip_of_a_loader_with_itself_runs_the_whole_epoch() -> None:
-    loader = DataLoader(Pictures(), batch_size=3, num_workers=0)
+    loader = DataLoader(Pictures(SIZE, side=8), batch_size=3, num_workers=0)
     pairs = [(a["label"].tolist(), b["label"].tolist()) for a, b in zip(loader, loader)]
-    assert [a for a, _ in pairs] == [b for _, b in pairs] == labels(DataLoader(Pictures(), batch_size=3, num_workers=0))
+    one_pass = labels(DataLoader(Pictures(SIZE, side=8), batch_size=3, num_workers=0))
+    assert [a for a, _ in pairs] == [b for _, b in pairs] == one_pass
 
 
 @pytest.mark.parametrize("sampler", ["ours", "stateful"])
@@ -340,8 +328,8 @@ def test_zip_of_a_loader_with_itself_runs_the_whole_epoch() -> None:
 def test_a_shape_probe_after_load_state_dict_keeps_the_resumed_epoch(workers: dict[str, Any], sampler: str) -> None:
     def make() -> DataLoader[Any]:
         if sampler == "ours":
-            return DataLoader(Pictures(), batch_size=3, shuffle=True, seed=6, **workers)
-        return DataLoader(Pictures(), sampler=SeededSampler(SIZE, 6), batch_size=3, **workers)
+            return DataLoader(Pictures(SIZE, side=8), batch_size=3, shuffle=True, seed=6, **workers)
+        return DataLoader(Pictures(SIZE, side=8), sampler=SeededSampler(SIZE, 6), batch_size=3, **workers)
 
     full = labels(make())
     saved = make()
@@ -364,7 +352,7 @@ def test_ranks_do_not_apply_the_same_augmentation_to_their_batch_k(monkeypatch: 
     def images(rank: int) -> list[torch.Tensor]:
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        dataset = Pictures()
+        dataset = Pictures(SIZE, side=8)
         loader = DataLoader(dataset, sampler=SequentialSampler(dataset), batch_size=3, num_workers=0, seed=1,
                             device="cpu", device_transform=augment())
         return [batch["image"] for batch in loader]
@@ -382,7 +370,7 @@ def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
     from loaders.loader.progress import KEY_PLAN, STATE_KEYS
     from loaders.loader.stage import Stage
 
-    loader = DataLoader(Pictures(), sampler=SeededSampler(SIZE, 1), batch_size=3, num_workers=0)
+    loader = DataLoader(Pictures(SIZE, side=8), sampler=SeededSampler(SIZE, 1), batch_size=3, num_workers=0)
     stages = [loader._chain.source]  # the stateful stage; the skip count is the owner's (Progress)
     assert all(isinstance(stage, Stage) for stage in stages)
     assert [type(stage) for stage in stages] == [BatchPlan]

@@ -15,31 +15,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from dataprep.synthetic import photo_like
 from loaders import DataLoader, ShardDataset
 from loaders.read import region
 from loaders.read.decode import Interpolation, decode_crop_resize, dct_scale_for
 from loaders.errors import SampleError
 from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
+from tests.loaders.helpers import photo_jpeg
 
 pytestmark = pytest.mark.skipif(not region.is_available(), reason="loaders.read._jpeg_region not built here")
 
 
-def _jpeg(width: int, height: int, *, mode: str = "RGB", seed: int = 0, **options: object) -> bytes:
-    image = Image.fromarray(photo_like(height, width, np.random.default_rng(seed))).convert(mode)
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG", quality=90, **options)
-    return buffer.getvalue()
-
-
 FLAVOURS = {
-    "420": _jpeg(333, 251),
-    "444": _jpeg(333, 251, subsampling=0),
-    "422": _jpeg(251, 333, subsampling=1),
-    "progressive": _jpeg(333, 251, progressive=True),
-    "grey": _jpeg(301, 257, mode="L"),
-    "large": _jpeg(1024, 768, seed=3),
-    "restarts": _jpeg(333, 251, restart_marker_rows=1),
+    "420": photo_jpeg(251, 333),
+    "444": photo_jpeg(251, 333, subsampling=0),
+    "422": photo_jpeg(333, 251, subsampling=1),
+    "progressive": photo_jpeg(251, 333, progressive=True),
+    "grey": photo_jpeg(257, 301, mode="L"),
+    "large": photo_jpeg(768, 1024, seed=3),
+    "restarts": photo_jpeg(251, 333, restart_marker_rows=1),
 }
 
 
@@ -75,7 +68,7 @@ def test_reduced_scale_and_edge_boxes_match(monkeypatch: pytest.MonkeyPatch, box
     data = FLAVOURS["large"]
     for size in ((224, 224), (100, 75)):
         fast = decode_crop_resize(data, box, size)
-        full = _full_decode(monkeypatch, lambda: decode_crop_resize(data, box, size))
+        full = _full_decode(monkeypatch, lambda size=size: decode_crop_resize(data, box, size))
         assert np.abs(fast.astype(np.int16) - full).max() <= 1, (box, size, dct_scale_for(box[2:], size))
 
 
@@ -101,7 +94,7 @@ def test_decode_region_refuses_bad_requests(args, error, match) -> None:
 
 
 def test_cmyk_and_damaged_jpegs_leave_the_lane() -> None:
-    cmyk = _jpeg(64, 48, mode="CMYK")
+    cmyk = photo_jpeg(48, 64, mode="CMYK")
     with pytest.raises(NotImplementedError, match="CMYK"):
         region._jpeg_region.decode_region(cmyk, bytearray(1 << 16), 0, 0, 64, 48, 1)
     assert region.decode_box(cmyk, (64, 48), 1, (0, 0, 64, 48), (32, 24), Image.Resampling.BILINEAR) is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loaders.loader.buffers import PinnedBufferPool
 from loaders.errors import ConfigError, LoaderError
+from loaders.loader.buffers import PinnedBufferPool
 
 
 class FakeEvent:

@@ -73,9 +73,8 @@ def _run_case(path: Path, batch_size: int, drop_last: bool, num_workers: int, ep
 
 
 def _worker(rank: int, port: int, spec_file: Path, out_file: Path) -> None:
-    import torch.distributed as dist
-
     import torch
+    import torch.distributed as dist
 
     spec = json.loads(spec_file.read_text())
     torch.manual_seed(TORCH_SEED_BASE + rank)  # a common script line: ranks seed differently

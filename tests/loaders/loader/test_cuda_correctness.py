@@ -35,6 +35,7 @@ from loaders.augment import (
     batch_generator,
 )
 from loaders.loader.buffers import PinnedBufferPool
+from tests.loaders.helpers import smooth_batch
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, needs_cuda])]
@@ -217,13 +218,6 @@ def test_consumer_waits_for_a_slow_transform_on_the_copy_stream(device: str) -> 
 # ---------------------------------------------------------------- augmentation per sample
 
 
-def photo_batch(count: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
-    """Smooth photo-like uint8 [B, H, W, 3] (upsampled noise), on the CPU."""
-    coarse = torch.rand(count, 3, 6, 6, generator=torch.Generator().manual_seed(seed))
-    smooth = F.interpolate(coarse, size=(height, width), mode="bicubic", align_corners=False).clamp(0, 1)
-    return (smooth * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
-
-
 def reference_sample(image: np.ndarray, box: tuple[int, int, int, int], flip: bool, jitter: tuple[float, float, float],
                      size: tuple[int, int]) -> torch.Tensor:
     """One image, one loop iteration, float64 on the CPU: crop + bilinear resize (F.interpolate),
@@ -248,7 +242,7 @@ def reference_sample(image: np.ndarray, box: tuple[int, int, int, int], flip: bo
 @pytest.mark.parametrize("device", DEVICES)
 def test_device_augment_equals_the_per_sample_reference(device: str) -> None:
     count, size = 16, (24, 28)
-    images = photo_batch(count, 48, 56, seed=1)
+    images = smooth_batch(count, 48, 56, seed=1)
     crop, flip, jitter = RandomResizedCrop(size), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)
     augment = Augment([crop, flip, jitter], seed=7, out_dtype=torch.float32, mean=MEAN, std=STD)
     out = augment(images.to(device), epoch=2, batch_index=5)
@@ -279,7 +273,7 @@ def test_device_augment_matches_the_cpu_batch_given_the_same_parameters(device: 
     """The batched ops on ``device`` equal the same ops on the CPU with the parameters moved
     there: the device's kernels compute the function the CPU tests check."""
     count = 8
-    images = photo_batch(count, 40, 40, seed=2).permute(0, 3, 1, 2).float().div(255)
+    images = smooth_batch(count, 40, 40, seed=2).permute(0, 3, 1, 2).float().div(255)
     crop, flip, jitter = RandomResizedCrop(32), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4)
     gen = batch_generator(3, 0, 0, device)
     boxes, flips, factors = crop.sample_params(count, gen, 40, 40), flip.sample_params(count, gen), \

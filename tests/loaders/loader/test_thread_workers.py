@@ -1,38 +1,23 @@
-"""workers: thread pool order, bounds, failures, liveness, shutdown; process glue."""
+"""thread_workers: the thread pool's order, bounds, failures, liveness and shutdown; inline workers."""
 
 from __future__ import annotations
 
 import gc
-import pickle
 import threading
-from typing import Any
 
 import pytest
-import torch
-import torch.utils.data
 
-from loaders.loader.collate import default_collate
-from loaders.errors import SampleError, WorkerError
-from loaders.loader.fetch import Fetched
-from loaders.loader.worker_start import WorkerInit
-from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
+from loaders.errors import WorkerError
+from loaders.loader.batch_outcome import BatchOutcome
 from loaders.loader.batch_source import Job
-from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
 from loaders.loader.thread_workers import ThreadWorkers
-
-
-def jobs(count: int, size: int = 2, epoch: int = 0) -> list[Job]:
-    return [Job(epoch, b, list(range(b * size, (b + 1) * size))) for b in range(count)]
+from tests.loaders.helpers import jobs, loader_threads
 
 
 def echo(worker_id: int, job: Job) -> BatchOutcome:
     indices = list(job.indices)
     return BatchOutcome(epoch=job.epoch, position=job.position, worker_id=worker_id, indices=indices,
                         batch=(worker_id, indices), num_samples=len(indices))
-
-
-def pool_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("loaders-worker-")]
 
 
 def test_batches_come_back_in_order_and_a_free_thread_takes_the_next_batch() -> None:
@@ -124,12 +109,12 @@ def test_timeout_names_worker_batch_and_indices() -> None:
     pool = ThreadWorkers(hang, num_workers=2, max_in_flight=2, timeout_s=0.3)
     run = pool.run(jobs(3))
     assert next(run).position == 0
-    with pytest.raises(WorkerError, match=r"timed out after 0\.3 seconds: thread worker [01] produced nothing while reading batch 1 "
-                                          r"\(indices \[2, 3\]\)"):
+    with pytest.raises(WorkerError, match=r"timed out after 0\.3 seconds: thread worker [01] produced nothing "
+                                          r"while reading batch 1 \(indices \[2, 3\]\)"):
         next(run)
     release.set()
     pool.close()
-    assert not pool_threads()
+    assert not loader_threads()
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -162,9 +147,9 @@ def test_abandoned_run_is_ignored_by_the_next_and_close_joins_threads() -> None:
     next(run)
     run.close()
     assert [o.position for o in pool.run(jobs(3))] == [0, 1, 2]
-    assert len(pool_threads()) == 2
+    assert len(loader_threads()) == 2
     pool.close()
-    assert not pool_threads()
+    assert not loader_threads()
     assert [o.position for o in pool.run(jobs(2))] == [0, 1]  # restarts on demand
     pool.close()
 
@@ -172,75 +157,12 @@ def test_abandoned_run_is_ignored_by_the_next_and_close_joins_threads() -> None:
 def test_garbage_collected_pool_stops_its_threads() -> None:
     pool = ThreadWorkers(echo, num_workers=2, max_in_flight=2)
     list(pool.run(jobs(2)))
-    threads = pool_threads()
+    threads = loader_threads()
     del pool
     gc.collect()
     for thread in threads:
         thread.join(timeout=10)
     assert not any(t.is_alive() for t in threads)
-
-
-# ---------------------------------------------------------------- process glue
-
-
-class Numbers(torch.utils.data.Dataset):
-    def __init__(self, size: int, bad: frozenset[int] = frozenset()) -> None:
-        self.size, self.bad, self.tag = size, bad, "main"
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> int:
-        if index in self.bad:
-            raise SampleError(f"bad {index}", shard="x.tar", key=f"k{index}", offset=index)
-        return index
-
-
-def test_guarded_dataset_forwards_attributes_and_pickles() -> None:
-    inner = Numbers(5)
-    guarded = GuardedDataset(inner, skip_errors=False, seed=1)
-    guarded.tag = "worker"
-    assert inner.tag == "worker" and guarded.size == 5 and len(guarded) == 5 and guarded[3] == 3
-    copy = pickle.loads(pickle.dumps(guarded))
-    assert copy.tag == "worker" and copy.seed == 1 and copy.dataset.size == 5
-
-
-def test_guarded_dataset_returns_fetched_with_portable_failure() -> None:
-    guarded = GuardedDataset(Numbers(5, frozenset({2})), skip_errors=False, seed=0)
-    fetched = guarded.__getitems__(IndexBatch([1, 2], epoch=0, position=7))
-    assert isinstance(fetched, Fetched) and fetched.position == 7 and fetched.failed_index == 2
-    assert isinstance(fetched.failure, SampleError) and fetched.failure.__notes__
-
-
-def process_workers(dataset: Any, **stock: Any) -> ProcessWorkers:
-    options = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2, **stock}
-    return ProcessWorkers(dataset, collate=CollateGuard(default_collate, True), stock=options,
-                          init=WorkerInit(seed=0), skip_errors=False)
-
-
-def test_process_workers_serve_several_epochs_in_order() -> None:
-    workers = process_workers(Numbers(8))
-    for epoch in range(2):
-        outcomes = list(workers.run(jobs(4, epoch=epoch), epoch))
-        assert [o.position for o in outcomes] == [0, 1, 2, 3] and {o.epoch for o in outcomes} == {epoch}
-        assert [o.batch.tolist() for o in outcomes] == [job.indices for job in jobs(4)]
-        assert {o.worker_id for o in outcomes} == {0, 1}
-    workers.close()
-    with pytest.raises(WorkerError, match="closed"):
-        next(workers.run(jobs(1), 2))
-
-
-class Failing(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-    def __iter__(self) -> Any:
-        yield 1
-        raise ValueError("stream broke")
-
-
-def test_an_iterable_datasets_exception_keeps_its_class_and_names_the_worker() -> None:
-    workers = process_workers(Failing(), num_workers=1, batch_size=2, persistent_workers=False)
-    with pytest.raises(ValueError, match="stream broke") as info:
-        list(workers.run(None, 0))
-    assert "raised in process worker 0" in info.value.__notes__
 
 
 _EXIT_SCRIPT = """

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import loaders.loader.prefetch as prefetch
-from loaders.loader.buffers import PinnedBufferPool
 from loaders.errors import ConfigError
+from loaders.loader.buffers import PinnedBufferPool
 from loaders.loader.prefetch import DevicePrefetcher, map_tensors, to_device
 
 Pair = namedtuple("Pair", ["image", "label"])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gc
 import logging
-import pickle
-import re
 import math
 import multiprocessing
 import os
+import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -25,11 +25,12 @@ from torch.utils.data import RandomSampler
 
 import loaders.loader.settings as settings_mod
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
-from loaders.loader.dataloader import DataLoader, OnError, WorkerType
 from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError, WorkerLostError
-from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.loader.dataloader import DataLoader, OnError, WorkerType
 from loaders.loader.process_workers import dead_pids
+from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.topology import Topology
+from tests.loaders.helpers import Pictures, loader_threads
 from tests.loaders.resume_harness import check_resume, check_resume_chain, standard_stops
 
 SIZE = 23
@@ -79,10 +80,6 @@ class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
 def labels(loader: Any) -> list[list[int]]:
     return [batch["y"].tolist() for batch in loader]
-
-
-def loader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("loaders-worker-")]
 
 
 # ---------------------------------------------------------------- construction and defaults
@@ -329,7 +326,7 @@ def test_a_script_that_retries_after_a_dead_worker_prints_nothing_from_the_faile
     script = """if True:
         from loaders import DataLoader
         from loaders.errors import WorkerError
-        from tests.loaders.test_dataloader import Crash
+        from tests.loaders.loader.test_dataloader import Crash
         failures = 0
         for attempt in range(4):
             loader = DataLoader(Crash(3, releases_gil=False), batch_size=2, num_workers=2, persistent_workers=False)
@@ -341,7 +338,7 @@ def test_a_script_that_retries_after_a_dead_worker_prints_nothing_from_the_faile
         print(failures)
     """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[2])
+                          cwd=Path(__file__).parents[3])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["4"]
     # No finaliser of a failed pass runs in the next pass's workers. (A worker dying while another
@@ -359,7 +356,7 @@ def test_a_failed_pass_never_waits_on_a_lock_its_terminated_workers_may_hold() -
         import multiprocessing.synchronize as sync
         from loaders import DataLoader
         from loaders.errors import WorkerError
-        from tests.loaders.test_dataloader import Crash
+        from tests.loaders.loader.test_dataloader import Crash
         original_set = sync.Event.set
         def set_then_held_by_a_dying_worker(self):
             original_set(self)
@@ -377,7 +374,7 @@ def test_a_failed_pass_never_waits_on_a_lock_its_terminated_workers_may_hold() -
         print("done")
     """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).parents[2])
+                          cwd=Path(__file__).parents[3])
     assert done.stdout.split() == ["failed", "failed", "done"], done.stderr
 
 
@@ -590,22 +587,6 @@ def test_skip_count_is_kept_in_the_state() -> None:
 
 
 # ---------------------------------------------------------------- device augmentation keyed by batch position
-
-
-class Pictures(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Sample i -> {"image": uint8 [12, 12, 3] (fixed random pixels), "label": i}, held in memory."""
-
-    releases_gil = True
-
-    def __init__(self, size: int = 10) -> None:
-        gen = torch.Generator().manual_seed(5)
-        self.images = torch.randint(0, 256, (size, 12, 12, 3), dtype=torch.uint8, generator=gen).numpy()
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        return {"image": self.images[index], "label": index}
 
 
 AUGMENT_SEED = 21

@@ -118,7 +118,8 @@ def test_million_sample_manifest_opens(tmp_path):
         name = f"shard-{s:06d}.tar"
         offsets = np.arange(per, dtype=np.int64) * 2048
         index = ShardIndex(name, per * 2048, ("cls", "jpg"), offsets, np.full(per, 2048, np.int64),
-                           np.stack([offsets + 1536, offsets + 512], axis=1), np.tile(np.array([1, 100], np.int64), (per, 1)),
+                           np.stack([offsets + 1536, offsets + 512], axis=1),
+                           np.tile(np.array([1, 100], np.int64), (per, 1)),
                            np.arange(1, per + 1, dtype=np.int64) * 7,
                            np.frombuffer(b"".join(b"k%06d" % i for i in range(per)), dtype=np.uint8))
         write_index(tmp_path / (name + ".idx"), index)

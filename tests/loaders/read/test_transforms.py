@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from dataprep.synthetic import photo_like
 from loaders.read import decode
 from loaders.read.decode import Interpolation
 from loaders.errors import ConfigError, SampleError
 from loaders.read.transforms import (CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode,
                                 SampleTransform, center_crop_box, random_resized_crop_box)
+from tests.loaders.helpers import photo_jpeg, photo_pixels
 from tests.samples import encode
 
 BACKENDS = [b.value for b in decode.available_backends()]
@@ -24,7 +24,7 @@ REDUCED_MAD = 6.0  # mean absolute difference on 0..255 allowed for the reduced-
 @pytest.fixture(scope="module")
 def photo() -> bytes:
     """A 800x600 q90 photo-like JPEG: crops to 64 px reach every reduced scale."""
-    return encode(photo_like(600, 800, np.random.default_rng(1)), "JPEG", quality=90)
+    return photo_jpeg(600, 800, seed=1, quality=90)
 
 
 def _sample(data: bytes, field: str = "jpg", **extra: object) -> dict[str, object]:
@@ -182,7 +182,7 @@ def test_flip_probability_draws_after_the_crop(photo: bytes) -> None:
         plain = never(_sample(photo), np.random.default_rng(seed))["image"]
         mirrored = always(_sample(photo), np.random.default_rng(seed))["image"]
         np.testing.assert_array_equal(mirrored, plain[:, ::-1])
-    small = encode(photo_like(60, 80, np.random.default_rng(3)), "JPEG")
+    small = photo_jpeg(60, 80, seed=3, quality=75)  # Pillow's default quality
     half, never8 = RandomResizedCropDecode(8, flip_p=0.5), RandomResizedCropDecode(8, flip_p=0.0)
     flips = sum(not np.array_equal(half(_sample(small), np.random.default_rng(s))["image"],
                                    never8(_sample(small), np.random.default_rng(s))["image"]) for s in range(200))
@@ -191,7 +191,7 @@ def test_flip_probability_draws_after_the_crop(photo: bytes) -> None:
 
 @pytest.mark.parametrize("field", ["jpg", "jpeg", "png", "webp"])
 def test_image_field_is_found_by_default(field: str) -> None:
-    pixels = photo_like(30, 40, np.random.default_rng(0))
+    pixels = photo_pixels(30, 40, seed=0)
     data = encode(pixels, "PNG")  # content type does not depend on the field name
     out = DecodeImage()({"__key__": "k", field: data}, np.random.default_rng(0))
     np.testing.assert_array_equal(out["image"], pixels)
@@ -250,7 +250,7 @@ def test_non_rgb_modes_become_rgb() -> None:
 
 @pytest.mark.parametrize(("height", "width"), [(300, 400), (500, 333), (257, 1000), (256, 256)])
 def test_center_crop_exact_geometry_against_resize_then_crop(height: int, width: int) -> None:
-    pixels = photo_like(height, width, np.random.default_rng(2))
+    pixels = photo_pixels(height, width, seed=2)
     out = CenterCropDecode(224)({"__key__": "k", "png": encode(pixels, "PNG")}, np.random.default_rng(0))["image"]
     # torchvision: Resize(256) truncates the long side, CenterCrop rounds the offsets.
     if width <= height:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image, features
 
-from dataprep.synthetic import photo_like
 from loaders.read import decode
 from loaders.read.decode import (Backend, active_backend, available_backends, dct_scale_for,
                             decode_crop_resize, decode_rgb, image_size)
 from loaders.errors import ConfigError, SampleError
+from tests.loaders.helpers import photo_jpeg, photo_pixels
 from tests.samples import encode
 
 BACKENDS = [b.value for b in available_backends()]
@@ -21,14 +21,10 @@ BACKENDS = [b.value for b in available_backends()]
 REDUCED_MAD = 6.0
 
 
-def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
-    return photo_like(height, width, np.random.default_rng(seed))
-
-
 @pytest.fixture(scope="module")
 def photo() -> bytes:
     """A 640x480 q90 photo-like JPEG: large enough for 1/2 .. 1/8 reduced decodes."""
-    return encode(_pixels(480, 640), "JPEG", quality=90)
+    return photo_jpeg(480, 640, quality=90)
 
 
 def _reference(data: bytes, box: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
@@ -63,7 +59,7 @@ def test_dct_scale_for_picks_largest_scale_keeping_output_resolution(region, siz
 
 def test_image_size_reads_header_of_every_format(photo: bytes) -> None:
     assert image_size(photo) == (640, 480)
-    assert image_size(encode(_pixels(30, 50), "PNG")) == (50, 30)
+    assert image_size(encode(photo_pixels(30, 50), "PNG")) == (50, 30)
     # The header alone suffices: the scan data may be missing.
     assert image_size(photo[:1000]) == (640, 480)
 
@@ -131,7 +127,7 @@ def test_backends_agree_on_fused_path(photo: bytes) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("resample", ["bilinear", "nearest", "lanczos"])
 def test_png_decodes_fully_and_exactly(backend: str, resample: str) -> None:
-    pixels = _pixels(120, 160)
+    pixels = photo_pixels(120, 160)
     png = encode(pixels, "PNG")
     np.testing.assert_array_equal(decode_rgb(png, min_size=(10, 10), backend=backend), pixels)
     box, size = (16, 8, 128, 96), (32, 24)
@@ -143,7 +139,7 @@ def test_png_decodes_fully_and_exactly(backend: str, resample: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_grayscale_becomes_three_equal_channels(backend: str, fmt: str) -> None:
-    grey = _pixels(64, 80)[..., 0]
+    grey = photo_pixels(64, 80)[..., 0]
     arr = decode_rgb(encode(grey, fmt), backend=backend)
     _check_array(arr, (64, 80, 3))
     assert np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 1], arr[..., 2])
@@ -153,7 +149,7 @@ def test_grayscale_becomes_three_equal_channels(backend: str, fmt: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cmyk_jpeg_converts_like_pillow(backend: str) -> None:
-    cmyk = Image.fromarray(_pixels(48, 64)).convert("CMYK")
+    cmyk = Image.fromarray(photo_pixels(48, 64)).convert("CMYK")
     data = encode(cmyk, "JPEG", quality=95)
     with Image.open(io.BytesIO(data)) as img:
         expected = np.asarray(img.convert("RGB"))
@@ -163,10 +159,10 @@ def test_cmyk_jpeg_converts_like_pillow(backend: str) -> None:
 
 
 def test_alpha_palette_and_16_bit_modes() -> None:
-    rgba = np.dstack([_pixels(20, 30), np.full((20, 30), 7, np.uint8)])
+    rgba = np.dstack([photo_pixels(20, 30), np.full((20, 30), 7, np.uint8)])
     np.testing.assert_array_equal(decode_rgb(encode(rgba, "PNG")), rgba[..., :3])
 
-    palette = Image.fromarray(_pixels(20, 30)).convert("P")
+    palette = Image.fromarray(photo_pixels(20, 30)).convert("P")
     palette.info["transparency"] = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Pillow warns on P -> RGB with transparency; we must not
@@ -179,7 +175,7 @@ def test_alpha_palette_and_16_bit_modes() -> None:
 
 
 def test_mpo_camera_jpeg_decodes_reduced() -> None:
-    frames = [Image.fromarray(_pixels(240, 320, seed)) for seed in (0, 1)]
+    frames = [Image.fromarray(photo_pixels(240, 320, seed)) for seed in (0, 1)]
     buffer = io.BytesIO()
     frames[0].save(buffer, "MPO", save_all=True, append_images=frames[1:])
     data = buffer.getvalue()
@@ -192,7 +188,7 @@ def test_mpo_camera_jpeg_decodes_reduced() -> None:
 
 @pytest.mark.skipif(not features.check("webp"), reason="Pillow built without WebP")
 def test_webp_decodes() -> None:
-    pixels = _pixels(40, 60)
+    pixels = photo_pixels(40, 60)
     arr = decode_rgb(encode(pixels, "WEBP", lossless=True))
     np.testing.assert_array_equal(arr, pixels)
 
