@@ -7,8 +7,6 @@ augmentation (``loaders.augment``); and the exception tree (``loaders.errors``).
 
 from __future__ import annotations
 
-from loaders.loader.dataloader import DataLoader
-from loaders.read.datasets import ParquetShardDataset, ShardDataset
 from loaders.errors import (
     BatchShapeError,
     ConfigError,
@@ -20,8 +18,10 @@ from loaders.errors import (
     WorkerError,
     WorkerLostError,
 )
-from loaders.read.order import OrderMode, sample_rng, sample_seed
+from loaders.loader.dataloader import DataLoader
 from loaders.loader.prefetch import DevicePrefetcher, to_device
+from loaders.read.datasets import ParquetShardDataset, ShardDataset
+from loaders.read.order import OrderMode, sample_rng, sample_seed
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.topology import Topology, cpus_available, default_num_workers
 from loaders.read.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode

@@ -46,8 +46,17 @@ def _allocate(shape: tuple[int, ...], dtype: torch.dtype, *, pin_memory: bool) -
         # Torch's own collate allocates worker batches this way: share_memory_() on a
         # fresh tensor would copy it into shared memory once more.
         storage = torch.UntypedStorage._new_shared(nbytes)
-        return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+        return torch.empty(0, dtype=dtype).set_(storage, 0, shape, _contiguous_strides(shape))
     return torch.empty(shape, dtype=dtype)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides, in elements, of a C-contiguous tensor of ``shape`` (as torch gives a new one)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _check_shapes(shapes: Sequence[tuple[int, ...]], kind: str) -> None:

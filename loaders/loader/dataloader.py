@@ -41,8 +41,16 @@ from loaders.loader.collate import default_collate
 from loaders.loader.epoch_pass import Chain, LoaderIterator, Passes
 from loaders.loader.failures import FailurePolicy
 from loaders.loader.pool import WorkerPool
-from loaders.loader.progress import (KEY_BATCH_SIZE, KEY_DATASET_LEN, KEY_SEED, KEY_VERSION, LOADER_KEYS,
-                                     STATE_VERSION, Progress, check_state)
+from loaders.loader.progress import (
+    KEY_BATCH_SIZE,
+    KEY_DATASET_LEN,
+    KEY_SEED,
+    KEY_VERSION,
+    LOADER_KEYS,
+    STATE_VERSION,
+    Progress,
+    check_state,
+)
 from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
 from loaders.read.topology import Topology
 from loaders.validate import check_int
@@ -105,7 +113,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         workers = default_workers(dataset, topology) if num_workers is None else num_workers
         persistent = isinstance(workers, int) and workers > 0 if persistent_workers is None else persistent_workers
         # Torch validates the user's own combination (its errors, in its order), sets its
-        # attributes and default samplers; ours replace them (_build). It starts nothing.
+        # attributes and default samplers; ours replace them (_make_source). It starts nothing.
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, workers, collate_fn, bool(pin_memory),
                          drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
                          prefetch_factor=prefetch_factor, persistent_workers=persistent,
@@ -118,24 +126,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self._own_sampler = sampler is None and batch_sampler is None and not self._settings.iterable
         self._progress = Progress()
         self._passes = Passes(self._progress)
-        self._build()
-
-    def _build(self) -> None:
-        """The chain's parts from the settings (again when a loaded state brings another seed)."""
-        settings = self._settings
-        if self._own_sampler:
-            sampler = own_sampler(self.dataset, shuffle=self._shuffle, seed=settings.seed, drop_last=self.drop_last)
-            if sampler is not None:
-                # Written past torch's frozen attributes (its __setattr__ refuses them after
-                # construction): the loader's sampler must be what they hold.
-                self.__dict__["sampler"] = sampler
-                if self.batch_size is not None:
-                    self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
-        self._chain = Chain(settings, self._make_source(), WorkerPool(settings),
-                            FailurePolicy(settings.max_skips, settings.worker_kind), self._progress)
+        self._chain = Chain(self._settings, self._make_source(), WorkerPool(self._settings),
+                            FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress)
 
     def _make_source(self) -> BatchSource:
-        """Where batches come from: an iterable's own order, the dataset's own source, or the sampler's."""
+        """Where batches come from: an iterable's own order, the dataset's own source, or the sampler's
+        (with the loader's own sampler where the user gave none)."""
         settings = self._settings
         if settings.iterable:
             return IterableSource(settings.batch_size)
@@ -145,6 +141,14 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                                                      shuffle=self._shuffle, seed=settings.seed,
                                                      position=self._progress))
             return source
+        if self._own_sampler:
+            sampler = own_sampler(self.dataset, shuffle=self._shuffle, seed=settings.seed, drop_last=self.drop_last)
+            if sampler is not None:
+                # Written past torch's frozen attributes (its __setattr__ refuses them after
+                # construction): the loader's sampler must be what they hold.
+                self.__dict__["sampler"] = sampler
+                if self.batch_size is not None:
+                    self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
         return BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler, batch_size=self.batch_size,
                          position=self._progress)
 
@@ -298,8 +302,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         if state[KEY_SEED] != self.seed:
             logger.info("DataLoader: resuming with the saved seed %d instead of the drawn seed %d",
                         state[KEY_SEED], self.seed)
-            self.close()
             self._settings = replace(self._settings, seed=int(state[KEY_SEED]))
-            self._build()
+            self._chain.pool.reset(self._settings)  # its workers seeded from the old seed stop
+            self._chain = replace(self._chain, settings=self._settings, source=self._make_source())
         self._chain.source.load_state_dict(state[source.key])
         self._progress.restore(state, where)

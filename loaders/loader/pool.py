@@ -105,6 +105,11 @@ class WorkerPool:
             self.shared = None
         workers.close(wait=not failed and not (finalizing and isinstance(workers, ProcessWorkers)))
 
+    def reset(self, settings: LoaderSettings) -> None:
+        """Serve passes built from ``settings`` from now on (another seed): persistent workers stop."""
+        self.close()
+        self.settings = settings
+
     def close(self, *, wait: bool = True) -> None:
         """Stop the persistent workers (``wait``: join threads, shut processes down in order)."""
         shared, self.shared = self.shared, None

@@ -35,8 +35,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-from loaders.loader.buffers import Event, PinnedBufferPool
 from loaders.errors import ConfigError
+from loaders.loader.buffers import Event, PinnedBufferPool
 
 __all__ = ["DevicePrefetcher", "map_tensors", "to_device"]
 

@@ -1,7 +1,7 @@
 """Keep torch's ``get_worker_info()`` truthful inside our worker processes.
 
 torch records a ``WorkerInfo`` (frozen) before ``worker_init_fn`` runs. Our workers then
-reseed (``loaders.read.seeding.seed_worker``) and read through a wrapper of the user's dataset
+reseed (``loaders.loader.worker_start.seed_worker``) and read through a wrapper of the user's dataset
 (``loaders.loader.process_workers``). torch promises ``info.seed == torch.initial_seed()`` and
 ``info.dataset`` is this process's copy of the user's dataset: code that seeds other
 libraries or shards an iterable by worker relies on both, so both are re-recorded here.

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, features
 
-from loaders.read import region
 from loaders.errors import ConfigError, SampleError
+from loaders.read import region
 
 try:
     import simplejpeg

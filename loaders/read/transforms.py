@@ -21,9 +21,16 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from loaders.read.decode import (Backend, Interpolation, decode_crop_resize, decode_rgb, image_size, pil_filter,
-                            resolve_backend)
 from loaders.errors import ConfigError, SampleError
+from loaders.read.decode import (
+    Backend,
+    Interpolation,
+    decode_crop_resize,
+    decode_rgb,
+    image_size,
+    pil_filter,
+    resolve_backend,
+)
 from loaders.validate import invalid
 
 IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp")  # searched in this order when `field` is None

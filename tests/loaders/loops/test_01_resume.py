@@ -12,7 +12,6 @@ import pytest
 from loaders import DataLoader
 from tests.loaders.helpers import EPOCHS, WORKER_SETUPS, flat, make_loader, uninterrupted
 
-
 # ---------------------------------------------------------------------------------------------
 # 1. checkpoint / resume, Lightning/HF style: a new loader object loads the state, then
 #    ``for epoch in range(e, N): loader.set_epoch(epoch); for batch in loader``.

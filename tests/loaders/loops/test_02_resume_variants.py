@@ -5,11 +5,9 @@ resume variants.
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.loaders.helpers import EPOCHS, make_loader
-
 
 # ---------------------------------------------------------------------------------------------
 # 2. resume variants: another worker setup on restart, a second checkpoint in the resumed run

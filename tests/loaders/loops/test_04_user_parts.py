@@ -25,7 +25,6 @@ from torch.utils.data import DataLoader as StockLoader
 from loaders import DataLoader
 from tests.loaders.helpers import EPOCHS, N_SAMPLES, WORKER_SETUPS, RangeDataset, flat
 
-
 Pair = namedtuple("Pair", ["x", "name"])  # module level: batches of it travel from worker processes
 
 

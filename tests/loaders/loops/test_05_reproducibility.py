@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader as StockLoader
 from loaders import DataLoader
 from tests.loaders.helpers import WORKER_SETUPS, RangeDataset, flat
 
-
 # ---------------------------------------------------------------------------------------------
 # 5. reproducibility from the global seed and from generator=
 # ---------------------------------------------------------------------------------------------

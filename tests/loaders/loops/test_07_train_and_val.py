@@ -5,12 +5,10 @@ train and val loaders interleaved.
 
 from __future__ import annotations
 
-
 import pytest
 
 from loaders import DataLoader
 from tests.loaders.helpers import EPOCHS, N_SAMPLES, RangeDataset, flat
-
 
 # ---------------------------------------------------------------------------------------------
 # 7. train and val loaders alive at once, persistent workers, interleaved

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-
 # ---------------------------------------------------------------------------------------------
 # 8. DDP with 2 gloo ranks, each script seeding torch with its own rank (no seed=), the user's own
 #    DistributedSampler: disjoint, complete epochs; a resume on both ranks gives the remaining batches.

@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader as StockLoader
 from loaders import DataLoader
 from tests.loaders.helpers import WORKER_SETUPS, RangeDataset, assert_loop_like_stock, flat, make_loader, uninterrupted
 
-
 # ---------------------------------------------------------------------------------------------
 # 9. more loop patterns: the checkpoint goes through torch.save / torch.load (weights_only, the
 #    default since torch 2.6), a peek inside the loop, zip(loader, loader), KeyboardInterrupt

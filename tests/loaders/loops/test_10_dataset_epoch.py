@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader as StockLoader
 from loaders import DataLoader
 from tests.loaders.helpers import N_SAMPLES, WORKER_SETUPS, RangeDataset
 
-
 # ---------------------------------------------------------------------------------------------
 # 10. a map-style dataset with its own set_epoch (curriculum, per-epoch augmentation strength)
 # ---------------------------------------------------------------------------------------------

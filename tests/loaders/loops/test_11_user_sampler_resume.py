@@ -14,7 +14,6 @@ from torch.utils.data import SequentialSampler, WeightedRandomSampler
 from loaders import DataLoader
 from tests.loaders.helpers import N_SAMPLES, WORKER_SETUPS, RangeDataset, flat
 
-
 # ---------------------------------------------------------------------------------------------
 # 11. resume with a user's sampler: exact where its order is reproducible, else a clear refusal
 # ---------------------------------------------------------------------------------------------

@@ -5,14 +5,12 @@ an IterableDataset split by its own code.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch.utils.data import DataLoader as StockLoader
 
 from loaders import DataLoader
 from tests.loaders.helpers import N_SAMPLES, flat
-
 
 # ---------------------------------------------------------------------------------------------
 # 12. an IterableDataset split by its own code (get_worker_info), the HF-streaming pattern

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DistributedSampler
 from torch.utils.data import DataLoader as StockLoader
+from torch.utils.data import DistributedSampler
 
 from loaders import DataLoader
 from tests.loaders.helpers import WORKER_SETUPS, RangeDataset, flat, uninterrupted
-
 
 # ---------------------------------------------------------------------------------------------
 # 13. more seeding / epoch ownership in loops

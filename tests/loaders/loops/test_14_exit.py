@@ -14,7 +14,6 @@ import pytest
 from loaders import DataLoader
 from tests.loaders.helpers import SlowDataset, children_of_self, wait_until
 
-
 # ---------------------------------------------------------------------------------------------
 # 14. nothing outlives the loop: a script that errs, breaks and times out, never calling close()
 # ---------------------------------------------------------------------------------------------

@@ -7,10 +7,17 @@ import numpy as np
 import pytest
 from PIL import Image, features
 
-from loaders.read import decode
-from loaders.read.decode import (Backend, active_backend, available_backends, dct_scale_for,
-                            decode_crop_resize, decode_rgb, image_size)
 from loaders.errors import ConfigError, SampleError
+from loaders.read import decode
+from loaders.read.decode import (
+    Backend,
+    active_backend,
+    available_backends,
+    dct_scale_for,
+    decode_crop_resize,
+    decode_rgb,
+    image_size,
+)
 from tests.loaders.helpers import photo_jpeg, photo_pixels
 from tests.samples import encode
 

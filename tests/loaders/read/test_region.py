@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from loaders import DataLoader, ShardDataset
-from loaders.read import region
-from loaders.read.decode import Interpolation, decode_crop_resize, dct_scale_for
 from loaders.errors import SampleError
+from loaders.read import region
+from loaders.read.decode import Interpolation, dct_scale_for, decode_crop_resize
 from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
 from tests.loaders.helpers import photo_jpeg
 

@@ -7,8 +7,8 @@ import pytest
 import torch.distributed
 import torch.utils.data
 
-from loaders.read import topology
 from loaders.errors import ConfigError
+from loaders.read import topology
 from loaders.read.topology import Topology, cpus_available, current_worker, default_num_workers
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")

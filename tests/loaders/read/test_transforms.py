@@ -9,11 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from loaders.errors import ConfigError, SampleError
 from loaders.read import decode
 from loaders.read.decode import Interpolation
-from loaders.errors import ConfigError, SampleError
-from loaders.read.transforms import (CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode,
-                                SampleTransform, center_crop_box, random_resized_crop_box)
+from loaders.read.transforms import (
+    CenterCropDecode,
+    Compose,
+    DecodeImage,
+    DecodeLabel,
+    RandomResizedCropDecode,
+    SampleTransform,
+    center_crop_box,
+    random_resized_crop_box,
+)
 from tests.loaders.helpers import photo_jpeg, photo_pixels
 from tests.samples import encode
 
