@@ -108,7 +108,7 @@ class BatchPlan:
         self.batch_sampler = batch_sampler
         self.owned = owned
         self.batch_size = batch_size
-        self._position = position
+        self._owner = position
         self._epoch_start: Any = None  # a user's stateful sampler's state when the epoch being read began
 
     @property
@@ -185,7 +185,7 @@ class BatchPlan:
         part = self.stateful_part
         sampler_state = None
         if not self.owned and has_state(part):
-            sampler_state = self._epoch_start if self._position.where().begun else part.state_dict()
+            sampler_state = self._epoch_start if self._owner.where().begun else part.state_dict()
         return {KEY_SAMPLER: sampler_state, KEY_WORLD_SIZE: self._world_size()}
 
     def _world_size(self) -> int | None:

@@ -79,7 +79,7 @@ class SourceRequest:
     drop_last: bool
     shuffle: bool
     seed: int
-    position: Position
+    owner: Position  # the loader's Progress, as the source reads it when it writes its state
 
 
 def length_or_none(sized: Any) -> int | None:

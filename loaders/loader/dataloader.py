@@ -139,7 +139,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         if self._own_sampler and callable(make):
             source: BatchSource = make(SourceRequest(batch_size=self.batch_size, drop_last=self.drop_last,
                                                      shuffle=self._shuffle, seed=settings.seed,
-                                                     position=self._progress))
+                                                     owner=self._progress))
             return source
         if self._own_sampler:
             sampler = own_sampler(self.dataset, shuffle=self._shuffle, seed=settings.seed, drop_last=self.drop_last)

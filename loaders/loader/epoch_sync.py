@@ -38,7 +38,7 @@ class EpochSync:
         self._dataset = dataset
         set_epoch = getattr(dataset, "set_epoch", None)
         self._set_epoch = set_epoch if callable(set_epoch) else None
-        self._epoch: int | None = None
+        self._told: int | None = None  # the epoch last handed to this copy of the dataset
         self._lock = threading.Lock()
         self._driven: Any = None
         if self._set_epoch is not None:
@@ -64,12 +64,12 @@ class EpochSync:
             self._driven.value = 1
 
     def __call__(self, epoch: int) -> None:
-        if self._set_epoch is None or epoch == self._epoch or not self._driven.value:
+        if self._set_epoch is None or epoch == self._told or not self._driven.value:
             return
         with self._lock:
-            if epoch != self._epoch:
+            if epoch != self._told:
                 self._set_epoch(epoch)
-                self._epoch = epoch
+                self._told = epoch
 
     def __getstate__(self) -> dict[str, Any]:
         # Shared memory travels only to a process being started (spawn); any other copy
@@ -77,7 +77,7 @@ class EpochSync:
         driven = self._driven
         if driven is not None and get_spawning_popen() is None:
             driven = _Flag(driven.value)
-        return {"_dataset": self._dataset, "_set_epoch": self._set_epoch, "_epoch": self._epoch, "_driven": driven}
+        return {"_dataset": self._dataset, "_set_epoch": self._set_epoch, "_told": self._told, "_driven": driven}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -217,19 +217,19 @@ class ProcessWorkers:
         self._in_flight = context.RawArray("q", 2 * num_workers) if num_workers else None
         # The epoch of the pass, written before each one: read where a worker starts (its seeds) and
         # where it starts an iterable's stream. Jobs of map-style datasets carry theirs.
-        self._epoch = context.RawValue("q", 0)
-        collate = replace(collate, epoch=self._epoch)
+        self._epoch_channel = context.RawValue("q", 0)
+        collate = replace(collate, epoch=self._epoch_channel)
         if num_workers == 0:
             kwargs.update(prefetch_factor=None, persistent_workers=False)
         else:
-            kwargs["worker_init_fn"] = replace(init, epoch=self._epoch)
+            kwargs["worker_init_fn"] = replace(init, epoch=self._epoch_channel)
         if self._map_style:
             dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed, rank=init.rank,
                                      in_flight=self._in_flight, sync_epoch=epoch_sync)
             kwargs.update(batch_sampler=self._feeder, batch_size=1, drop_last=False)
         elif callable(getattr(dataset, "set_epoch", None)):
             # Only then: a wrapper would hide a DataPipe graph from torch's seeding and sharding.
-            dataset = EpochStream(dataset, self._epoch, epoch_sync)
+            dataset = EpochStream(dataset, self._epoch_channel, epoch_sync)
         self._loader: _TorchDataLoader[Any] | None = _TorchDataLoader(dataset, collate_fn=collate, **kwargs)
         self._iterator: Any = None
         self._owner_pid = os.getpid()  # a forked child inherits this object, not the processes
@@ -249,7 +249,7 @@ class ProcessWorkers:
         """Yield the outcomes of ``jobs`` (None: an iterable dataset's whole epoch)."""
         if self._loader is None:
             raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
-        self._epoch.value = epoch
+        self._epoch_channel.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
         return self._outcomes(iter(self._loader))
 

@@ -34,7 +34,7 @@ class GlobalSource:
     def __init__(self, request: SourceRequest, rank: int, world_size: int) -> None:
         assert request.batch_size is not None
         self.batch_size, self.rank, self.world_size = request.batch_size, rank, world_size
-        self.position = request.position
+        self.owner = request.owner
 
     @property
     def global_batch(self) -> int:
@@ -54,7 +54,7 @@ class GlobalSource:
                 yield Job(where.epoch, position, list(range(first, first + self.batch_size)))
 
     def state_dict(self) -> dict[str, Any]:
-        where: Where = self.position.where()
+        where: Where = self.owner.where()
         return {"epoch": where.epoch, "sequences": where.position * self.global_batch}
 
     def resume_point(self, state: Mapping[str, Any]) -> Where:
@@ -146,6 +146,6 @@ class Position0:
 
 def test_the_protocols_describe_the_source() -> None:
     position: Position = Position0()
-    source = GlobalSource(SourceRequest(batch_size=2, drop_last=True, shuffle=False, seed=0, position=position), 1, 2)
+    source = GlobalSource(SourceRequest(batch_size=2, drop_last=True, shuffle=False, seed=0, owner=position), 1, 2)
     assert isinstance(source, BatchSource)
     assert [job.indices for job in source.jobs(Where(0, 22), primary=True)] == [[90, 91], [94, 95]]
