@@ -20,15 +20,15 @@ DEMO_IMAGES ?= 600
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py loaders/_jpeg_region.c Makefile
+$(STAMP): pyproject.toml setup.py loaders/read/_jpeg_region.c Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib "ray>=2.40" \
 	  tokenizers obstore "moto[server]" megatron-core ruff mypy
 	@$(MAKE) --no-print-directory pillow
 	$(PIP) install --no-deps -e .
-	@$(PY) -c "import loaders.region as r, sys; sys.exit(0 if r.is_available() else 1)" \
-	  || echo "NOTE: loaders._jpeg_region not built (needs cc and libjpeg62-turbo-dev): crops decode whole JPEGs (slower, same pixels)" >&2
+	@$(PY) -c "import loaders.read.region as r, sys; sys.exit(0 if r.is_available() else 1)" \
+	  || echo "NOTE: loaders.read._jpeg_region not built (needs cc and libjpeg62-turbo-dev): crops decode whole JPEGs (slower, same pixels)" >&2
 	touch $(STAMP)
 
 # Pillow-SIMD (AVX2) only where it can read every format users have: a source build gets

@@ -1,11 +1,11 @@
-"""The one compiled part: ``loaders._jpeg_region`` (libjpeg-turbo's partial JPEG decode).
+"""The one compiled part: ``loaders.read._jpeg_region`` (libjpeg-turbo's partial JPEG decode).
 
 Everything else is declared in pyproject.toml. The extension is optional: without a C
 compiler or libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev) the build skips it and
-``loaders.decode`` decodes whole images with Pillow instead (same pixels, slower).
+``loaders.read.decode`` decodes whole images with Pillow instead (same pixels, slower).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("loaders._jpeg_region", ["loaders/_jpeg_region.c"], libraries=["jpeg"],
+setup(ext_modules=[Extension("loaders.read._jpeg_region", ["loaders/read/_jpeg_region.c"], libraries=["jpeg"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -21,8 +21,8 @@ import torch.utils.data
 from PIL import Image
 
 from loaders import DataLoader, ShardDataset
-from loaders.topology import default_num_workers
-from loaders.transforms import RandomResizedCropDecode
+from loaders.read.topology import default_num_workers
+from loaders.read.transforms import RandomResizedCropDecode
 
 
 class RawImageFolder(torch.utils.data.Dataset):

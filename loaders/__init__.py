@@ -1,14 +1,12 @@
 """loaders: shards -> batches on the device, fast and resumable (see loaders/README.md).
 
 Public API: the drop-in ``DataLoader``; datasets over dataprep shards; the sampler and
-topology; CPU decode transforms (``loaders.transforms``); device prefetch; batched
+topology; CPU decode transforms (``loaders.read.transforms``); device prefetch; batched
 augmentation (``loaders.augment``); and the exception tree (``loaders.errors``).
 """
 
 from __future__ import annotations
 
-from loaders.dataloader import DataLoader
-from loaders.dataset import ParquetShardDataset, ShardDataset
 from loaders.errors import (
     BatchShapeError,
     ConfigError,
@@ -20,11 +18,13 @@ from loaders.errors import (
     WorkerError,
     WorkerLostError,
 )
-from loaders.order import OrderMode, sample_rng, sample_seed
-from loaders.prefetch import DevicePrefetcher, to_device
-from loaders.sampler import SampleIndex, ShardSampler
-from loaders.topology import Topology, cpus_available, default_num_workers
-from loaders.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
+from loaders.loader.dataloader import DataLoader
+from loaders.loader.prefetch import DevicePrefetcher, to_device
+from loaders.read.datasets import ParquetShardDataset, ShardDataset
+from loaders.read.order import OrderMode, sample_rng, sample_seed
+from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.topology import Topology, cpus_available, default_num_workers
+from loaders.read.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
 
 __all__ = [
     "BatchShapeError",

@@ -25,8 +25,8 @@ import torch.utils.data
 from PIL import Image
 
 from loaders import DataLoader, RandomResizedCropDecode, ShardDataset
-from loaders.decode import image_size
-from loaders.transforms import random_resized_crop_box
+from loaders.read.decode import image_size
+from loaders.read.transforms import random_resized_crop_box
 from tools._loader_run import batch_length
 from tools._report import ToolError
 

@@ -39,12 +39,12 @@ import numpy as np
 from PIL import Image, features
 
 from dataprep.errors import DataprepError
-from loaders.collate import default_collate
-from loaders.decode import active_backend, decode_crop_resize, decode_rgb, image_size
+from loaders.loader.collate import default_collate
+from loaders.read.decode import active_backend, decode_crop_resize, decode_rgb, image_size
 from loaders.errors import LoaderError
-from loaders.shards import TarShardSet
-from loaders.topology import cpus_available
-from loaders.transforms import IMAGE_FIELDS, CenterCropDecode, RandomResizedCropDecode
+from loaders.read.shards import TarShardSet
+from loaders.read.topology import cpus_available
+from loaders.read.transforms import IMAGE_FIELDS, CenterCropDecode, RandomResizedCropDecode
 from tools._proctree import ProcessTeam
 from tools._report import ToolError, add_output_args, bar_plot, check_int, emit, format_table, require_plot
 from tools.decode_bench import time_cpu, time_threads

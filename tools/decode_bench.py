@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from loaders.decode import (DEFAULT_BACKEND, Backend, active_backend, available_backends, decode_crop_resize,
+from loaders.read.decode import (DEFAULT_BACKEND, Backend, active_backend, available_backends, decode_crop_resize,
                             decode_rgb, image_size)
-from loaders.transforms import CenterCropDecode, RandomResizedCropDecode
+from loaders.read.transforms import CenterCropDecode, RandomResizedCropDecode
 from tools._report import ToolError, add_output_args, bar_plot, format_table, report_document, require_plot, write_json
 
 TOOL = "decode_bench"

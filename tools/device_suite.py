@@ -76,8 +76,8 @@ PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
                  "scaling_shard")}
 # The files that hold the gpu-marked tests and the CUDA correctness tests (collecting the whole
 # tree on the device costs time and trips on test extras that are not installed there).
-GPU_TEST_FILES = ("tests/loaders/test_cuda_correctness.py", "tests/loaders/test_collate.py",
-                  "tests/loaders/test_buffers.py", "tests/loaders/test_prefetch.py",
+GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loaders/loader/test_collate.py",
+                  "tests/loaders/loader/test_buffers.py", "tests/loaders/loader/test_prefetch.py",
                   "tests/loaders/augment/test_augment_pipeline.py", "tests/tools/test_gpu_bench.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
             e2e_workers=(4, 8, 16), scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), loader_batch=64,
@@ -85,7 +85,7 @@ FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, de
 # Part "one": end to end at 16 workers only, so that the scaling rows still fit the call.
 FULL_ONE = dataclasses.replace(FULL, e2e_workers=(16,), scale_workers=(1, 4, 16))
 SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), scale_workers=(1, 2),
-             writer_processes=(2,), loader_batch=4, loader_epochs=1, pytest_targets=("tests/loaders/test_cuda_correctness.py",),
+             writer_processes=(2,), loader_batch=4, loader_epochs=1, pytest_targets=("tests/loaders/loader/test_cuda_correctness.py",),
              pytest_timeout_s=120.0)
 
 

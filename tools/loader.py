@@ -50,11 +50,11 @@ from dataprep.clean.options import ImageOptions
 from dataprep.errors import DataprepError
 from dataprep.records import CleanRecord, RawRecord
 from loaders import RandomResizedCropDecode
-from loaders.collate import default_collate
-from loaders.decode import dct_scale_for, image_size
+from loaders.loader.collate import default_collate
+from loaders.read.decode import dct_scale_for, image_size
 from loaders.errors import LoaderError
-from loaders.topology import cpus_available
-from loaders.transforms import random_resized_crop_box
+from loaders.read.topology import cpus_available
+from loaders.read.transforms import random_resized_crop_box
 from tools._loader_run import (MAIN, OUTPUT_SIZE, PROCESS, THREAD, ConfigResult, EpochResult, LoaderConfig, make_dataset,
                                run_config, run_in_child)
 from tools._pagecache import device_of

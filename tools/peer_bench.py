@@ -56,7 +56,7 @@ from typing import Any
 
 from dataprep.errors import DataprepError
 from loaders.errors import LoaderError
-from loaders.topology import cpus_available
+from loaders.read.topology import cpus_available
 from tools._peer_run import (IMAGENET_MEAN, IMAGENET_STD, OURS_FUSED, OURS_PIL, OUTPUT_SIZE, REFERENCE, ROW_NOTES, ROWS,
                              STOCK_FLOAT32, STOCK_UINT8, EpochRun, PilCrop, describe_data, make_loader, measure_ceiling,
                              round_orders, run_epoch, sample_bytes)

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from loaders import region
-from loaders.decode import image_size
-from loaders.transforms import RandomResizedCropDecode, random_resized_crop_box
+from loaders.read import region
+from loaders.read.decode import image_size
+from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
 from tools._report import ToolError, add_output_args, check_int, emit, format_table
 
 TOOL = "region_bench"

@@ -57,7 +57,7 @@ from dataprep.sources import Layout, choose_layout
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from dataprep.write_loop import clean_item
 from dataprep.writers import EncodedSample, TarShardWriter
-from loaders.topology import cpus_available
+from loaders.read.topology import cpus_available
 from tools._pagecache import resident_fraction
 from tools._report import (
     ToolError,

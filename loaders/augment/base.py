@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from loaders.errors import ConfigError
-from loaders.seeding import batch_seed
+from loaders.read.seeding import batch_seed
 
 __all__ = [
     "BatchOp",
@@ -72,7 +72,7 @@ def batch_generator(seed: int, epoch: int, batch_index: int, device: str | torch
     The same batch position in the same epoch on the same rank draws the same parameters
     however many workers produced the batches; other ranks draw their own (their batch k
     holds other samples and must not get the same crops and MixUp pairs). The seed is
-    ``loaders.seeding.batch_seed``.
+    ``loaders.read.seeding.batch_seed``.
     """
     for name, value in (("seed", seed), ("epoch", epoch), ("batch_index", batch_index), ("rank", rank)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -199,8 +199,9 @@ def _unpack(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, _Rebuild]:
             out[IMAGE_KEY] = images
             if label_key is not None:
                 out[label_key] = labels
+            mapping_type: Any = type(batch)  # a dict subclass, an OrderedDict, or a Mapping of the user's
             try:
-                return type(batch)(out)
+                return mapping_type(out)
             except TypeError:
                 return out
 

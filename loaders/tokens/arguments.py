@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from loaders.errors import ConfigError
-from loaders.sampler import SampleIndex
+from loaders.read.sampler import SampleIndex
 
 __all__ = ["check_int", "resolve_item"]
 

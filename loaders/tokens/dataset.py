@@ -22,8 +22,8 @@ import torch.utils.data
 
 from loaders.errors import ConfigError
 from loaders.tokens.arguments import check_int, resolve_item
-from loaders.sampler import SampleIndex
-from loaders.topology import Topology
+from loaders.read.sampler import SampleIndex
+from loaders.read.topology import Topology
 from loaders.tokens.collate import collate
 from loaders.tokens.digest import OrderDigest
 from loaders.tokens.packing import PackingPlan, Segments

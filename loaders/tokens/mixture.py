@@ -41,8 +41,8 @@ from typing import Any
 import torch.utils.data
 
 from loaders.errors import ConfigError
-from loaders.sampler import SampleIndex
-from loaders.topology import Topology
+from loaders.read.sampler import SampleIndex
+from loaders.read.topology import Topology
 from loaders.tokens.arguments import check_int, resolve_item
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset

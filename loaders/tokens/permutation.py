@@ -12,7 +12,7 @@ Values that land in [size, 2^b) are encrypted again until they fall inside (cycl
 walking), which keeps it a bijection on [0, size); since 2^b < 2 size, fewer than two
 evaluations per position are needed on average.
 
-The key of an epoch comes from ``loaders.seeding.derive_seed`` in this module's domain,
+The key of an epoch comes from ``loaders.read.seeding.derive_seed`` in this module's domain,
 keyed by (seed, epoch) only (``epoch_permutation``).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loaders.tokens.arguments import check_int
-from loaders.seeding import derive_seed
+from loaders.read.seeding import derive_seed
 
 __all__ = ["DOMAIN_PERMUTATION", "ROUNDS", "FeistelPermutation", "epoch_permutation"]
 

@@ -21,8 +21,8 @@ from typing import Protocol
 import torch.utils.data
 
 from loaders.tokens.arguments import check_int
-from loaders.sampler import SampleIndex
-from loaders.topology import Topology
+from loaders.read.sampler import SampleIndex
+from loaders.read.topology import Topology
 from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
 
 __all__ = ["GridSampler"]

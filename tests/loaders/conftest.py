@@ -21,7 +21,8 @@ def raw_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def image_shards(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A read-only tar-shard directory: 48 images (short side 64), 4 classes, several shards."""
     out = tmp_path_factory.mktemp("loaders-shards") / "shards"
-    args = ["shard", str(raw_dataset / "images"), str(out), "--samples-per-shard", "10", "--resize-short", "64", "--workers", "1"]
+    args = ["shard", str(raw_dataset / "images"), str(out), "--samples-per-shard", "10", "--resize-short", "64",
+            "--workers", "1"]
     assert dataprep_main(args) == 0
     return out
 
@@ -29,6 +30,7 @@ def image_shards(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="session")
 def table_shards(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("loaders-tables") / "shards"
-    args = ["shard", str(raw_dataset / "tables"), str(out), "--samples-per-shard", "150", "--row-group-size", "4KB", "--workers", "1"]
+    args = ["shard", str(raw_dataset / "tables"), str(out), "--samples-per-shard", "150", "--row-group-size", "4KB",
+            "--workers", "1"]
     assert dataprep_main(args) == 0
     return out

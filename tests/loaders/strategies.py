@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from loaders.order import OrderMode
+from loaders.read.order import OrderMode
 
 num_samples = st.integers(min_value=0, max_value=500)
 world_sizes = st.integers(min_value=1, max_value=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loaders.decode import Backend, available_backends
+from loaders.read.decode import Backend, available_backends
 from tools import decode_bench
 
 CASE_FIELDS = {"operation", "backend", "cpu_seconds", "images_per_s", "megapixels_per_s"}

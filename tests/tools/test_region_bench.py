@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaders import region
+from loaders.read import region
 from tests.samples import encode
 from tools import region_bench
 

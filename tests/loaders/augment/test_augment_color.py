@@ -5,16 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from PIL import Image, ImageEnhance
 
-from loaders.augment import ColorJitter, JitterParams, Normalize, RandomGrayscale, TensorSpec, batch_generator, grayscale
+from loaders.augment import (
+    ColorJitter,
+    JitterParams,
+    Normalize,
+    RandomGrayscale,
+    TensorSpec,
+    batch_generator,
+    grayscale,
+)
 from loaders.errors import ConfigError
-
-
-def photo_like(batch: int, height: int = 12, width: int = 16, seed: int = 0) -> torch.Tensor:
-    coarse = torch.rand(batch, 3, 4, 4, generator=torch.Generator().manual_seed(seed))
-    return F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+from tests.loaders.helpers import smooth_images
 
 
 def reference_jitter(image: torch.Tensor, b: float, c: float, s: float) -> torch.Tensor:
@@ -37,14 +40,15 @@ def from_pil(image: Image.Image) -> torch.Tensor:
 
 def test_jitter_factors_lie_in_their_ranges_and_differ_per_sample() -> None:
     params = ColorJitter(0.4, 1.5, 0.2).sample_params(2000, batch_generator(0, 0, 0, "cpu"))
-    for factors, low, high in ((params.brightness, 0.6, 1.4), (params.contrast, 0.0, 2.5), (params.saturation, 0.8, 1.2)):
+    ranges = ((params.brightness, 0.6, 1.4), (params.contrast, 0.0, 2.5), (params.saturation, 0.8, 1.2))
+    for factors, low, high in ranges:
         assert factors.min() >= low and factors.max() <= high
         assert factors.min() < low + 0.01 and factors.max() > high - 0.01
         assert len(torch.unique(factors)) > 1900
 
 
 def test_jitter_matches_the_per_sample_formula() -> None:
-    images = photo_like(16)
+    images = smooth_images(16, 12, 16)
     op = ColorJitter(0.5, 0.5, 0.5)
     params = op.sample_params(16, batch_generator(3, 0, 0, "cpu"))
     out = op.apply(images, params)
@@ -54,13 +58,13 @@ def test_jitter_matches_the_per_sample_formula() -> None:
 
 
 def test_zero_strength_jitter_is_the_identity() -> None:
-    images = photo_like(4)
+    images = smooth_images(4, 12, 16)
     assert torch.equal(ColorJitter()(images, batch_generator(0, 0, 0, "cpu")), images)
 
 
 @pytest.mark.parametrize("prop", ["brightness", "saturation"])
 def test_jitter_agrees_with_pillow_image_enhance(prop: str) -> None:
-    images = (photo_like(6) * 255).round() / 255  # exactly representable in uint8
+    images = (smooth_images(6, 12, 16) * 255).round() / 255  # exactly representable in uint8
     factors = torch.tensor([0.3, 0.7, 1.0, 1.2, 1.5, 1.9])
     ones = torch.ones(6)
     params = JitterParams(factors, ones, ones) if prop == "brightness" else JitterParams(ones, ones, factors)
@@ -73,7 +77,7 @@ def test_jitter_agrees_with_pillow_image_enhance(prop: str) -> None:
 
 
 def test_grayscale_matches_the_per_sample_formula_and_keeps_others() -> None:
-    images = photo_like(32)
+    images = smooth_images(32, 12, 16)
     op = RandomGrayscale(0.5)
     gray = op.sample_params(32, batch_generator(0, 0, 0, "cpu"))
     assert 0 < int(gray.sum()) < 32
@@ -88,7 +92,7 @@ def test_grayscale_matches_the_per_sample_formula_and_keeps_others() -> None:
 
 
 def test_normalize_matches_the_formula_and_keeps_dtype() -> None:
-    images = photo_like(2)
+    images = smooth_images(2, 12, 16)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     out = Normalize(mean, std)(images, batch_generator(0, 0, 0, "cpu"))
     expected = (images - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)

@@ -10,12 +10,7 @@ import torch.nn.functional as F
 
 from loaders.augment import RandomHorizontalFlip, RandomResizedCrop, TensorSpec, batch_generator
 from loaders.errors import ConfigError
-
-
-def photo_like(batch: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
-    """Smooth float [B, 3, H, W] in 0..1: upsampled coarse noise, like natural image content."""
-    coarse = torch.rand(batch, 3, 6, 6, generator=torch.Generator().manual_seed(seed))
-    return F.interpolate(coarse, size=(height, width), mode="bicubic", align_corners=False).clamp(0, 1)
+from tests.loaders.helpers import smooth_images
 
 
 def reference_rrc_params(height: int, width: int, count: int, seed: int) -> torch.Tensor:
@@ -70,14 +65,14 @@ def test_crop_falls_back_to_a_central_box_when_no_candidate_fits() -> None:
 
 
 def test_batched_crop_matches_per_sample_crop_and_interpolate() -> None:
-    images = photo_like(12, 64, 72)
+    images = smooth_images(12, 64, 72)
     op = RandomResizedCrop((24, 32))
     params = op.sample_params(12, batch_generator(2, 0, 0, "cpu"), 64, 72)
     out = op.apply(images, params)
     assert out.shape == (12, 3, 24, 32)
     for i in range(12):
-        t, l, h, w = (int(v[i]) for v in (params.top, params.left, params.height, params.width))
-        crop = images[i : i + 1, :, t : t + h, l : l + w]
+        t, left, h, w = (int(v[i]) for v in (params.top, params.left, params.height, params.width))
+        crop = images[i : i + 1, :, t : t + h, left : left + w]
         ref = F.interpolate(crop, size=(24, 32), mode="bilinear", align_corners=False)[0]
         diff = (out[i] - ref).abs()
         # Same bilinear weights inside; at the crop edge grid_sample may read the pixel just
@@ -87,7 +82,7 @@ def test_batched_crop_matches_per_sample_crop_and_interpolate() -> None:
 
 
 def test_full_image_box_at_input_size_is_the_identity() -> None:
-    images = photo_like(3, 20, 30)
+    images = smooth_images(3, 20, 30)
     op = RandomResizedCrop((20, 30), scale=(1.0, 1.0), ratio=(1.5, 1.5))
     params = op.sample_params(3, batch_generator(0, 0, 0, "cpu"), 20, 30)
     assert params.height.tolist() == [20] * 3 and params.width.tolist() == [30] * 3
@@ -95,7 +90,7 @@ def test_full_image_box_at_input_size_is_the_identity() -> None:
 
 
 def test_crop_is_deterministic_in_the_generator_and_declares_its_output() -> None:
-    images = photo_like(4, 32, 32)
+    images = smooth_images(4, 32, 32)
     op = RandomResizedCrop(16)
     first = op(images, batch_generator(5, 1, 2, "cpu"))
     again = op(images, batch_generator(5, 1, 2, "cpu"))
@@ -106,7 +101,7 @@ def test_crop_is_deterministic_in_the_generator_and_declares_its_output() -> Non
 
 
 def test_flip_matches_a_per_sample_loop_exactly() -> None:
-    images = photo_like(64, 8, 10)
+    images = smooth_images(64, 8, 10)
     op = RandomHorizontalFlip(0.5)
     flip = op.sample_params(64, batch_generator(0, 0, 0, "cpu"))
     assert flip.dtype == torch.bool and 0 < int(flip.sum()) < 64

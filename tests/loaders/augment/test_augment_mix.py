@@ -61,9 +61,9 @@ def test_cutmix_pastes_the_neighbours_box_and_corrects_lambda_by_its_area() -> N
     for i in range(batch):
         j = (i - 1) % batch
         from_neighbour = mixed[i, 0] == images[j, 0, 0, 0]
-        t, l, b, r = (int(v[i]) for v in (params.top, params.left, params.bottom, params.right))
+        t, left, b, r = (int(v[i]) for v in (params.top, params.left, params.bottom, params.right))
         expected_mask = torch.zeros(height, width, dtype=torch.bool)
-        expected_mask[t:b, l:r] = True
+        expected_mask[t:b, left:r] = True
         assert torch.equal(from_neighbour, expected_mask)
         own_fraction = 1 - expected_mask.float().mean()
         assert torch.isclose(params.lam[i], own_fraction, atol=1e-6)

@@ -12,7 +12,7 @@ import torch
 import torch.utils.data
 
 import loaders
-from loaders.topology import Topology
+from loaders.read.topology import Topology
 from loaders.tokens import GlobalPosition, GridSampler, Mixture, TokenDataset, collate
 from tests.loaders.tokens.corpus import random_documents, write_tokens
 

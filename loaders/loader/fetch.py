@@ -1,0 +1,65 @@
+"""Reading one batch's samples, failures set aside (never raised): ``fetch_samples`` -> ``Fetched``.
+
+``fetch_samples`` reads ``dataset[i]`` (or ``__getitems__``) for a batch's indices and
+returns a ``Fetched``: the samples, the ``Skip``s (``on_error="skip"``) or the first
+failure, with the batch's epoch and position. Messages about them: ``loaders.loader.messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaders.loader.messages import describe_error
+
+__all__ = ["Fetched", "Skip", "fetch_samples"]
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A sample dropped by ``on_error="skip"``: its index and what went wrong (``describe_error``)."""
+
+    index: Any
+    error: str
+
+
+@dataclass(slots=True, kw_only=True)
+class Fetched:
+    """The samples read for one batch; ``failure`` set (and ``samples`` partial) when reading raised."""
+
+    epoch: int
+    position: int  # -1: a batch of an iterable dataset (unnumbered)
+    indices: list[Any]
+    samples: list[Any] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    failure: BaseException | None = None
+    failed_index: Any = None
+
+
+def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool) -> Fetched:
+    """Read ``dataset[i]`` for each index (``__getitems__`` when defined), catching failures.
+
+    With ``skip_errors`` a failing sample becomes a ``Skip`` (a failing ``__getitems__``
+    is retried sample by sample to find which ones fail); without it the first failure
+    stops the batch and is returned in ``failure``. Never raises ``Exception``.
+    """
+    fetched = Fetched(epoch=epoch, position=position, indices=list(indices))
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        try:
+            fetched.samples = list(getitems(fetched.indices))
+            return fetched
+        except Exception as err:  # noqa: BLE001 - the dataset's own error, handed to the consumer
+            if not skip_errors:
+                fetched.failure = err
+                return fetched
+    for index in fetched.indices:
+        try:
+            fetched.samples.append(dataset[index])
+        except Exception as err:  # noqa: BLE001 - the dataset's own error, handed to the consumer
+            if not skip_errors:
+                fetched.failure, fetched.failed_index = err, index
+                return fetched
+            fetched.skips.append(Skip(index, describe_error(err)))
+    return fetched

@@ -1,0 +1,188 @@
+"""The DataLoader's settings: its own keyword options, validated once, and everything the chain reads, resolved once.
+
+``LoaderOptions`` holds the keyword options beyond torch's (worker type, seed, error
+policy, device), checked at construction. ``LoaderSettings`` is the frozen record the
+chain is built from: torch's arguments after torch validated them, our defaults filled
+in, the worker type and seed resolved. ``WorkerType`` and ``OnError`` are the choices.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset
+
+from loaders.errors import ConfigError
+from loaders.read.seeding import resolve_seed
+from loaders.read.topology import Topology, default_num_workers
+from loaders.validate import check_choice, check_int, invalid
+
+__all__ = ["PROCESS_ARGS", "LoaderOptions", "LoaderSettings", "OnError", "WorkerType", "default_workers"]
+
+# Torch's arguments handed on to torch's own loader when workers are processes.
+PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
+                "persistent_workers", "pin_memory_device", "in_order", "batch_size", "drop_last")
+
+
+class WorkerType(enum.StrEnum):
+    """Who builds batches: ``auto`` picks threads for datasets with ``releases_gil = True``."""
+
+    AUTO = "auto"
+    THREAD = "thread"
+    PROCESS = "process"
+
+
+class OnError(enum.StrEnum):
+    """What a failing sample does: end the epoch with WorkerError, or be dropped (within a budget)."""
+
+    RAISE = "raise"
+    SKIP = "skip"
+
+
+def default_workers(dataset: Any, topology: Topology) -> int:
+    """``num_workers`` when not given: ``default_num_workers`` per rank, 0 for an IterableDataset (it is
+    split between workers only by its own code: workers it did not ask for would each yield it whole)."""
+    return 0 if isinstance(dataset, IterableDataset) else default_num_workers(topology)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderOptions:
+    """The DataLoader's own keyword options (beyond torch's), validated once.
+
+    max_skips: with on_error="skip", samples that may be skipped per epoch: an int count,
+    a float fraction 0 < f < 1 of the epoch's samples, or ``math.inf``.
+    device_prefetch: with ``device``, batches copied (and transformed) ahead of the one
+    the training step holds; device memory holds ``device_prefetch + 1`` batches, and one
+    more while the next one is handed over if the step still holds the previous batch.
+    """
+
+    worker_type: WorkerType | str = WorkerType.AUTO
+    threads_per_worker: int = 1
+    seed: int | None = None
+    on_error: OnError | str = OnError.RAISE
+    max_skips: int | float = 0
+    device: torch.device | str | None = None
+    device_transform: Callable[[Any], Any] | None = None
+    device_prefetch: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "worker_type", check_choice("worker_type", self.worker_type, WorkerType))
+        object.__setattr__(self, "on_error", check_choice("on_error", self.on_error, OnError))
+        check_int("threads_per_worker", self.threads_per_worker, 1)
+        check_int("device_prefetch", self.device_prefetch, 0)
+        if self.seed is not None and not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
+                                          and self.seed >= 0):
+            raise invalid("seed", "a non-negative int or None", self.seed)
+        skips = self.max_skips
+        valid_count = isinstance(skips, int) and not isinstance(skips, bool) and skips >= 0
+        if not (valid_count or (isinstance(skips, float) and (0 < skips < 1 or skips == math.inf))):
+            raise invalid("max_skips", "a non-negative int, a fraction 0 < f < 1 or math.inf", skips)
+        if self.device is not None:
+            object.__setattr__(self, "device", _device(self.device))
+        if self.device_transform is not None and (self.device is None or not callable(self.device_transform)):
+            raise ConfigError(f"'device_transform' must be callable and needs 'device' (got {self.device_transform!r}"
+                              f" with device={self.device!r})")
+
+    def resolve_worker_type(self, *, iterable: bool, releases_gil: bool, has_mp_context: bool) -> WorkerType:
+        """The worker type for a dataset: ``auto`` resolved; ConfigError for combinations that cannot work."""
+        if self.on_error is OnError.SKIP and iterable:
+            raise ConfigError("on_error='skip' needs a map-style dataset: an iterable dataset's iterator cannot "
+                              "go on after it raised")
+        if self.worker_type is WorkerType.AUTO:
+            if iterable or has_mp_context:
+                return WorkerType.PROCESS
+            return WorkerType.THREAD if releases_gil else WorkerType.PROCESS
+        if self.worker_type is WorkerType.THREAD and iterable:
+            raise ConfigError("worker_type='thread' needs a map-style dataset: an IterableDataset shards itself "
+                              "with get_worker_info() in worker processes; use worker_type='process' or 'auto'")
+        if self.worker_type is WorkerType.THREAD and has_mp_context:
+            raise ConfigError("'multiprocessing_context' applies to worker processes, not worker_type='thread'")
+        return WorkerType(self.worker_type)
+
+
+def _device(device: object) -> torch.device:
+    try:
+        if not isinstance(device, (str, int, torch.device)):
+            raise TypeError(type(device).__name__)
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"'device' must be a torch.device, its name or None (got {device!r})") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"'device' is {str(resolved)!r} but CUDA is not available; use device='cpu'")
+    return resolved
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderSettings:
+    """What the DataLoader's chain is built from, resolved once at construction (frozen).
+
+    Torch's arguments as torch validated and holds them (``process_args``: those handed on
+    to torch's own loader in process workers), our defaults filled in, ``LoaderOptions``
+    resolved against the dataset. ``seed`` changes only when a state with another drawn
+    seed is loaded (a new LoaderSettings then).
+    """
+
+    dataset: Any
+    iterable: bool
+    batch_size: int | None
+    drop_last: bool
+    auto_collation: bool  # batches of samples (torch's automatic batching): False with batch_size=None
+    collate_fn: Callable[[Any], Any]
+    num_workers: int
+    workers_given: bool  # the user chose num_workers (else workers must not fail where the main process would not)
+    worker_type: WorkerType
+    threads_per_worker: int
+    worker_init_fn: Callable[[int], None] | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    in_order: bool
+    timeout_s: float
+    pin_memory: bool
+    seed: int
+    seed_given: bool
+    on_error: OnError
+    max_skips: int | float
+    device: torch.device | None
+    device_transform: Callable[[Any], Any] | None
+    device_prefetch: int
+    rank: int
+    process_args: Mapping[str, Any]
+
+    @classmethod
+    def resolve(cls, loader: torch.utils.data.DataLoader[Any], options: LoaderOptions, topology: Topology, *,
+                workers_given: bool) -> LoaderSettings:
+        """The settings of ``loader`` (torch's constructor has run on it) with ``options``."""
+        iterable = isinstance(loader.dataset, IterableDataset)
+        generator = loader.generator
+        return cls(
+            dataset=loader.dataset, iterable=iterable, batch_size=loader.batch_size, drop_last=loader.drop_last,
+            auto_collation=loader.batch_sampler is not None, collate_fn=loader.collate_fn,
+            num_workers=loader.num_workers, workers_given=workers_given,
+            worker_type=options.resolve_worker_type(
+                iterable=iterable, releases_gil=bool(getattr(loader.dataset, "releases_gil", False)),
+                has_mp_context=loader.multiprocessing_context is not None),
+            threads_per_worker=options.threads_per_worker, worker_init_fn=loader.worker_init_fn,
+            prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
+            in_order=loader.in_order, timeout_s=float(loader.timeout), pin_memory=loader.pin_memory,
+            seed=resolve_seed(options.seed, generator, world_size=topology.world_size),
+            seed_given=options.seed is not None or generator is not None, on_error=OnError(options.on_error),
+            max_skips=options.max_skips, device=None if options.device is None else torch.device(options.device),
+            device_transform=options.device_transform,
+            device_prefetch=options.device_prefetch, rank=topology.rank,
+            process_args={name: getattr(loader, name) for name in PROCESS_ARGS})
+
+    @property
+    def skip_errors(self) -> bool:
+        """``on_error="skip"``."""
+        return self.on_error is OnError.SKIP
+
+    @property
+    def worker_kind(self) -> str:
+        """Who reads, as messages name it: "main-thread", "thread" or "process"."""
+        in_this_thread = self.num_workers == 0 and not self.iterable
+        return "main-thread" if in_this_thread else str(self.worker_type.value)

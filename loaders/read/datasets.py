@@ -1,0 +1,279 @@
+"""Map-style datasets over dataprep output directories.
+
+``ShardDataset`` reads tar shards through their index sidecars; ``ParquetShardDataset``
+reads Parquet shards by row group. Both yield samples as dicts::
+
+    {"__key__": str, "__index__": int, "__shard__": str,
+     "jpg": bytes, "cls": int, "txt": str, "json": dict, ...}
+
+(media fields stay encoded bytes until a transform decodes them). Both accept an int
+or a ``SampleIndex(index, epoch)`` in ``__getitem__``: a transform that takes a second
+argument receives a numpy Generator keyed by (seed, epoch, index), so augmentation is
+the same whatever the number of workers and after a resume.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import json
+import os
+import random
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from loaders.errors import SampleError, ShardError
+from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
+from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.shards import TarShardSet
+from loaders.read.topology import Topology
+from loaders.validate import invalid
+
+Sample = dict[str, Any]
+Transform = Callable[..., Sample]
+
+
+def decode_field(name: str, data: bytes) -> Any:
+    """WebDataset's basic decoding: ``cls`` -> int, ``txt`` -> str, ``json`` -> object; else bytes."""
+    if name == "cls":
+        return int(data)
+    if name == "txt":
+        return data.decode("utf-8")
+    if name == "json":
+        return json.loads(data)
+    return data
+
+
+def takes_rng(transform: Callable[..., Any]) -> bool:
+    """True when ``transform(sample, rng)`` is its signature (a SampleTransform)."""
+    try:
+        params = inspect.signature(transform).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+_warned_threads = False
+
+
+def _with_sample_seed(transform: Transform, sample: Sample, seed: int) -> Sample:
+    """``transform(sample)`` with the global RNGs seeded from ``seed``, never changing the training loop's.
+
+    In a worker process the globals are the worker's own. In the main thread
+    (``num_workers=0``) they are the training loop's: saved, seeded, and put back. In
+    another thread (thread workers) they are shared with the training loop while it
+    runs, so they are left alone (and the transform is not reproducible): give the
+    transform an ``rng`` parameter instead.
+    """
+    global _warned_threads
+    if torch.utils.data.get_worker_info() is not None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed % 2**63)
+        return transform(sample)
+    if threading.current_thread() is not threading.main_thread():
+        if not _warned_threads:
+            _warned_threads = True
+            warnings.warn("a dataset transform without an 'rng' parameter runs in thread workers: the global RNGs "
+                          "are the training loop's and are not reseeded, so it is not reproducible; take "
+                          "f(sample, rng) or use worker processes", stacklevel=2)
+        return transform(sample)
+    saved = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.default_generator.manual_seed(seed % 2**63)
+    try:
+        return transform(sample)
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.default_generator.set_state(saved[2])
+
+
+class _Keyed(abc.ABC):
+    """Shared by both datasets: epoch, seed, transform dispatch and the default sampler."""
+
+    order: OrderMode
+    block_size: int
+
+    def _setup(self, transform: Transform | None, seed: int, order: OrderMode | str, block_size: int,
+               topology: Topology | None) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise invalid("seed", "an int", seed)
+        self.transform = transform
+        self.seed = seed
+        self.epoch = 0
+        self.order = parse_mode(order)
+        self.block_size = block_size
+        self.topology = topology
+        self._transform_takes_rng = transform is not None and takes_rng(transform)
+        # A transform drawing from the global RNGs is only reproducible if each call reseeds
+        # them, which threads cannot do safely: such datasets want process workers.
+        self.releases_gil = transform is None or self._transform_takes_rng
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Samples in the dataset (all shards)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def default_sampler(self, shuffle: bool, seed: int | None = None, drop_last: bool = False) -> ShardSampler:
+        """A distributed, resumable sampler over this dataset (topology detected unless given)."""
+        return ShardSampler(len(self), shuffle=shuffle, seed=self.seed if seed is None else seed,
+                            mode=self.order, block_size=self.block_size, drop_last=drop_last, topology=self.topology)
+
+    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
+        if isinstance(item, SampleIndex):
+            return int(item.index), int(item.epoch)
+        if isinstance(item, (int, np.integer)):
+            return int(item), self.epoch
+        raise TypeError(f"index must be an int or SampleIndex (got {item!r} that is a {type(item).__name__})")
+
+    def _apply(self, sample: Sample, index: int, epoch: int) -> Sample:
+        if self.transform is None:
+            return sample
+        try:
+            if self._transform_takes_rng:
+                return self.transform(sample, sample_rng(self.seed, epoch, index))
+            return _with_sample_seed(self.transform, sample, sample_seed(self.seed, epoch, index))
+        except SampleError:
+            raise
+        except Exception as err:
+            raise SampleError(f"transform failed on sample {sample.get('__key__')!r} (index {index}, "
+                              f"shard {sample.get('__shard__')}): {err!r}", shard=str(sample.get("__shard__", "")),
+                              key=str(sample.get("__key__", "")), index=index) from err
+
+
+class ShardDataset(_Keyed, torch.utils.data.Dataset):
+    """Samples of the tar shards written by ``dataprep shard`` (or adopted by ``dataprep index``).
+
+    Args:
+        path: the dataprep output directory (manifest.json, shards, index sidecars).
+        fields: fields to read (column projection), e.g. ("jpg", "cls"); None = all.
+        transform: ``f(sample)`` or ``f(sample, rng)``; the latter gets per-sample randomness.
+        seed: base seed of the order and of per-sample randomness.
+        order: "global" (full permutation per epoch), "blocks" (shuffled blocks of
+            ``block_size`` consecutive samples, for slow disks) or "sequential".
+        topology: rank and world size; None = detected from torch.distributed / env.
+
+    Missing or unreadable shards raise ``ShardError`` here, at construction.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fields: Sequence[str] | None = None,
+                 transform: Transform | None = None, seed: int = 0, order: OrderMode | str = "global",
+                 block_size: int = 1024, topology: Topology | None = None) -> None:
+        self.shards = TarShardSet(path, fields=fields)
+        self.path = Path(path)
+        self._setup(transform, seed, order, block_size, topology)
+
+    @property
+    def label_map(self) -> dict[str, int] | None:
+        return self.shards.manifest.label_map
+
+    def __len__(self) -> int:
+        return self.shards.num_samples
+
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
+        index, epoch = self._resolve(item)
+        if index < 0:
+            index += len(self)
+        raw = self.shards.read(index)
+        sample: Sample = {"__key__": self.shards.key(index), "__index__": index,
+                          "__shard__": self.shards.shard_name(index)}
+        try:
+            for name, data in raw.items():
+                sample[name] = decode_field(name, data)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise self.shards.sample_error(index, f"field {name!r} does not decode: {err}") from err
+        return self._apply(sample, index, epoch)
+
+
+class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
+    """Rows of the Parquet shards written by ``dataprep shard`` (tables, text, or images).
+
+    ``columns`` projects (None = all). Rows are read a row group at a time and the last
+    row group is cached per thread, so ``order="blocks"`` with blocks of about one row
+    group reads each group once; the default sampler uses that.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
+                 transform: Transform | None = None, seed: int = 0, order: OrderMode | str = "blocks",
+                 block_size: int | None = None, topology: Topology | None = None) -> None:
+        import pyarrow.parquet as pq
+
+        from dataprep.errors import FormatError
+        from dataprep.manifest import FORMAT_PARQUET, read_manifest
+
+        self.path = Path(path)
+        try:
+            manifest = read_manifest(self.path)
+        except FormatError as err:
+            raise ShardError(str(err)) from err
+        if manifest.format != FORMAT_PARQUET:
+            raise ShardError(f"{self.path}: holds {manifest.format} shards; use ShardDataset")
+        self.columns = list(columns) if columns is not None else None
+        self.files: list[Path] = []
+        groups: list[tuple[int, int, int]] = []  # (file, row group, rows)
+        for f, info in enumerate(manifest.shards):
+            file = self.path / info.name
+            try:
+                meta = pq.ParquetFile(file).metadata
+            except OSError as err:
+                raise ShardError(f"shard {file} listed in the manifest is missing or unreadable: {err}") from err
+            self.files.append(file)
+            groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        self.group_file = np.array([g[0] for g in groups], dtype=np.int32)
+        self.group_index = np.array([g[1] for g in groups], dtype=np.int32)
+        self.group_start = np.concatenate([[0], np.cumsum([g[2] for g in groups])]).astype(np.int64)
+        rows = [g[2] for g in groups]
+        self._setup(transform, seed, order, block_size or (int(np.median(rows)) if rows else 1), topology)
+        self._local = threading.local()
+
+    def __len__(self) -> int:
+        return int(self.group_start[-1])
+
+    def _group(self, g: int) -> dict[str, list[Any]]:
+        import pyarrow.parquet as pq
+
+        cache = getattr(self._local, "cache", None)
+        if cache is not None and cache[0] == g:
+            return cache[1]
+        file = self.files[int(self.group_file[g])]
+        try:
+            table = pq.ParquetFile(file).read_row_group(int(self.group_index[g]), columns=self.columns)
+        except OSError as err:
+            raise SampleError(f"{file}: row group {int(self.group_index[g])} unreadable: {err}",
+                              shard=file.name) from err
+        columns = table.to_pydict()
+        self._local.cache = (g, columns)
+        return columns
+
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
+        index, epoch = self._resolve(item)
+        if not 0 <= index < len(self):
+            raise IndexError(f"row {index} out of range for {len(self)} rows in {self.path}")
+        g = int(np.searchsorted(self.group_start, index, side="right")) - 1
+        columns = self._group(g)
+        row = index - int(self.group_start[g])
+        sample: Sample = {name: values[row] for name, values in columns.items()}
+        sample["__index__"] = index
+        sample["__shard__"] = self.files[int(self.group_file[g])].name
+        return self._apply(sample, index, epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
