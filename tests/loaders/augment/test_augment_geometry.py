@@ -113,7 +113,7 @@ def test_flip_matches_a_per_sample_loop_exactly() -> None:
 
 @pytest.mark.parametrize("size", [(12, 16), (9, 13)])
 def test_a_flip_folded_into_the_crop_equals_the_crop_then_the_flip(size: tuple[int, int]) -> None:
-    images = photo_like(32, 20, 24, seed=3)
+    images = smooth_images(32, 20, 24, seed=3)
     crop, flip = RandomResizedCrop(size), RandomHorizontalFlip()
     gen = batch_generator(1, 0, 0, "cpu")
     params, flips = crop.sample_params(32, gen, 20, 24), flip.sample_params(32, gen)
