@@ -57,7 +57,7 @@ def test_stock_dataloader_with_the_grid_sampler_per_rank(dataset: TokenDataset, 
         sampler = GridSampler(dataset, 4, topology=Topology(rank=rank, world_size=2))
         sampler.set_epoch(1)
         loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=num_workers,
-                                             collate_fn=dataset.collate, persistent_workers=num_workers > 0)
+                                             collate_fn=dataset.default_collate_fn, persistent_workers=num_workers > 0)
         batches = list(loader)
         assert len(batches) == len(dataset) // 8
         indices = list(sampler)
@@ -90,8 +90,10 @@ def test_mixture_under_the_stock_dataloader(dataset: TokenDataset, tmp_path: Pat
 
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_loaders_dataloader_as_a_plain_map_style_dataset(dataset: TokenDataset, worker_type: str) -> None:
+    """With a sampler given, loaders.DataLoader reads it as any map-style dataset (the grid is for no sampler)."""
     loader: loaders.DataLoader = loaders.DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=collate, seed=0,
-                                                    worker_type=worker_type)
+                                                    worker_type=worker_type,
+                                                    sampler=torch.utils.data.SequentialSampler(dataset))
     batches = list(loader)
     assert len(batches) == -(-len(dataset) // 8)
     for b, batch in enumerate(batches):
