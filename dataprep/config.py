@@ -94,7 +94,7 @@ class TokenOptions:
         spec = self.tokenizer or BYTES_SPEC
         path = spec if spec == BYTES_SPEC else os.fsdecode(Path(spec).resolve())
         return {"tokenizer": {"path": path, "sha256": tokenizer.sha256}, "eos": tokenizer.eos,
-                "min_tokens": self.fewest_tokens, "text_column": self.text_column}
+                "min_tokens": self.fewest_tokens, "text_column": self.column}
 
 
 @dataclass(frozen=True)
