@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
-from dataprep.config import DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, Engine, OutputFormat, ShardConfig, default_workers
+from dataprep.config import (DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, Engine, OutputFormat, ShardConfig, TokenOptions,
+                             default_workers)
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
 from dataprep.interrupts import keep_interrupts
 from dataprep.report import ProgressLine, format_summary, format_table
@@ -45,6 +46,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (got {text})")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dataprep", description="Clean raw datasets and shard them for fast loading.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
@@ -55,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="output directory (created; must be empty or from the same command)")
     p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
     p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
-                   help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images)")
+                   help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images); "
+                        "tokens: Megatron token shards (.bin + .idx; chosen by --tokenizer)")
     p.add_argument("--shard-size", type=_byte_size, default=None,
                    help="max bytes per shard, e.g. 64MiB (default 256MiB)")
     p.add_argument("--samples-per-shard", type=_positive, default=None, help="max samples per shard")
@@ -78,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--required", help="comma-separated required columns (default: all schema columns)")
     g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
     g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
+    g = p.add_argument_group("token output (language models)")
+    g.add_argument("--tokenizer", metavar="TOK",
+                   help="tokenize text into Megatron token shards: the path of a Hugging Face tokenizer.json (read "
+                        "from disk, never fetched), or 'bytes' (UTF-8 bytes as ids, EOS 256)")
+    g.add_argument("--eos", metavar="TOKEN", help="the token appended to every document (default: the tokenizer's "
+                                                  "<|endoftext|>, </s> or <eos>)")
+    g.add_argument("--min-tokens", type=_count, metavar="N",
+                   help="reject documents of fewer tokens, the EOS not counted (too_few_tokens; default 1)")
+    g.add_argument("--text-column", metavar="NAME",
+                   help="the column of a table that holds the text (default: text); other columns are dropped")
     g = p.add_argument_group("run")
     g.add_argument("--workers", type=_positive, default=default_workers(),
                    help="parallel workers: cleaning threads for media, processes for tables and text "
@@ -134,13 +153,16 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
                              reencode_format=ImageFormat(args.reencode_format))
         table = TableOptions(schema=_schema(args.schema), required=required, dedup_on=args.dedup_on)
         text = TextOptions(unit=TextUnit(args.text_unit))
+        tokens = TokenOptions(tokenizer=args.tokenizer, eos=args.eos, min_tokens=args.min_tokens,
+                              text_column=args.text_column)
     except (TypeError, ValueError) as err:
         raise UsageError(str(err)) from err
     return ShardConfig(
         raw=args.raw, out=args.out, layout=None if args.layout == "auto" else Layout(args.layout),
         output_format=OutputFormat(args.output_format), max_shard_bytes=args.shard_size,
         max_samples_per_shard=args.samples_per_shard, row_group_bytes=args.row_group_size, prefix=args.prefix,
-        seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, workers=args.workers,
+        seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, tokens=tokens,
+        workers=args.workers,
         follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
         allow_empty=args.allow_empty, range_bytes=args.range_size, engine=Engine(args.engine), address=args.address,
     )
@@ -185,6 +207,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
             ("samples", f"{info['samples']:,}"), ("bytes", format_bytes(info["bytes"])),
             ("shard bytes min..max", f"{format_bytes(info['shard_bytes_min'])} .. "
                                      f"{format_bytes(info['shard_bytes_max'])}")]
+    rows += _token_rows(info["tokenizer"], info["tokens"])
     rows += [(f"field {name}", f"{n:,}") for name, n in info["fields"].items()]
     rows += [(f"label {name}", f"{n:,}") for name, n in info["labels"].items()]
     totals = info["totals"]
@@ -192,6 +215,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
     rows += [(f"  {reason}", f"{n:,}") for reason, n in totals["rejected_by_reason"].items()]
     print(format_table(rows))
     return EXIT_OK
+
+
+def _token_rows(tokenizer: dict | None, tokens: dict | None) -> list[tuple[str, str]]:
+    """``dataprep info`` rows of token shards: the tokenizer, documents, tokens, tokens per document."""
+    if tokenizer is None or tokens is None:
+        return []
+    per = tokens["tokens_per_document"]
+    return [("tokenizer", f"{tokenizer['name']} (sha256 {tokenizer['sha256'][:12]}...)"),
+            ("vocabulary / EOS / dtype", f"{tokenizer['vocab_size']:,} / {tokenizer['eos']} = {tokenizer['eos_id']} / "
+                                         f"{tokenizer['dtype']}"),
+            ("documents", f"{tokens['documents']:,}"), ("tokens (EOS included)", f"{tokens['tokens']:,}"),
+            ("tokens per document min / median / max", f"{per['min']:,} / {per['median']:,g} / {per['max']:,}")]
 
 
 def _cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:

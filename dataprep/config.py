@@ -11,6 +11,7 @@ from typing import Any
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
 from dataprep.sources import Layout
+from dataprep.tokenizer import BYTES_SPEC, Tokenizer
 from dataprep.units import format_bytes
 from dataprep.validate import as_enum, check_int, invalid
 
@@ -21,10 +22,16 @@ DEFAULT_ROW_GROUP_BYTES = 64 * 2**20
 DEFAULT_RANGE_BYTES = 4 * 2**30
 
 
+# A table's column tokenized when --text-column is not given, and the shortest document kept by default.
+DEFAULT_TEXT_COLUMN = "text"
+DEFAULT_MIN_TOKENS = 1
+
+
 class OutputFormat(enum.StrEnum):
     AUTO = "auto"
     WDS = "wds"
     PARQUET = "parquet"
+    TOKENS = "tokens"
 
 
 class Engine(enum.StrEnum):
@@ -43,6 +50,54 @@ def default_workers() -> int:
 
 
 @dataclass(frozen=True)
+class TokenOptions:
+    """Token output (``--tokenizer``): what turns text into ids, and which documents are kept.
+
+    tokenizer: a Hugging Face ``tokenizer.json`` path or ``"bytes"`` (``dataprep.tokenizer``);
+    None: no token output, and the other options must be left unset. eos: the token string
+    appended to every document (None: the tokenizer's own). min_tokens: a document with
+    fewer tokens, its EOS not counted, is a ``too_few_tokens`` reject (None: 1). text_column:
+    the column of a table that holds the text (None: ``"text"``); the other columns are dropped.
+    """
+
+    tokenizer: str | None = None
+    eos: str | None = None
+    min_tokens: int | None = None
+    text_column: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tokenizer", "eos", "text_column"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise UsageError(f"--{name.replace('_', '-')} must be a non-empty string (got {value!r})")
+        check_int("min_tokens", self.min_tokens, minimum=0, optional=True, error=UsageError)
+        if self.tokenizer is None:
+            given = [flag for flag, value in (("--eos", self.eos), ("--min-tokens", self.min_tokens),
+                                              ("--text-column", self.text_column)) if value is not None]
+            if given:
+                verb, them = ("apply", "them") if len(given) > 1 else ("applies", "it")
+                raise UsageError(f"{', '.join(given)} {verb} to token output; add --tokenizer TOK (a tokenizer.json "
+                                 f"or {BYTES_SPEC}), or leave {them} out")
+
+    @property
+    def column(self) -> str:
+        """The table column that is tokenized."""
+        return self.text_column or DEFAULT_TEXT_COLUMN
+
+    @property
+    def fewest_tokens(self) -> int:
+        """The fewest tokens (EOS not counted) a kept document has."""
+        return DEFAULT_MIN_TOKENS if self.min_tokens is None else self.min_tokens
+
+    def fingerprint(self, tokenizer: Tokenizer) -> dict[str, Any]:
+        """The options that shape token shards: the tokenizer file (resolved path, sha256 of its bytes), EOS, ..."""
+        spec = self.tokenizer or BYTES_SPEC
+        path = spec if spec == BYTES_SPEC else os.fsdecode(Path(spec).resolve())
+        return {"tokenizer": {"path": path, "sha256": tokenizer.sha256}, "eos": tokenizer.eos,
+                "min_tokens": self.fewest_tokens, "text_column": self.column}
+
+
+@dataclass(frozen=True)
 class ShardConfig:
     """Options of one ``dataprep shard RAW OUT`` run.
 
@@ -51,6 +106,7 @@ class ShardConfig:
     between a run and its resumption. ``range_bytes``: input bytes per range of the plan.
     ``engine``, ``address``: where ranges run (``dataprep.shard.make_engine``); ``address`` is Ray's
     (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
+    ``tokens``: token output (``TokenOptions``); with a tokenizer the format is ``tokens``.
     """
 
     raw: Path
@@ -66,6 +122,7 @@ class ShardConfig:
     image: ImageOptions = field(default_factory=ImageOptions)
     table: TableOptions = field(default_factory=TableOptions)
     text: TextOptions = field(default_factory=TextOptions)
+    tokens: TokenOptions = field(default_factory=TokenOptions)
     workers: int = field(default_factory=default_workers)
     follow_symlinks: bool = False
     overwrite: bool = False
@@ -92,9 +149,36 @@ class ShardConfig:
             raise UsageError(f"--address {self.address!r} is the address of a Ray cluster; it needs --engine ray")
         if self.max_reject_fraction is not None and not 0.0 <= self.max_reject_fraction <= 1.0:
             raise UsageError(f"'max_reject_fraction' must be within [0, 1] (got {self.max_reject_fraction!r})")
+        self._refuse_table_options_with_tokens()
 
-    def fingerprint(self) -> dict[str, Any]:
-        """The options that determine the output bytes, as JSON-ready values (stored in the manifest)."""
+    @property
+    def is_tokenized(self) -> bool:
+        """Whether the run writes token shards (``--tokenizer``)."""
+        return self.tokens.tokenizer is not None
+
+    def _refuse_table_options_with_tokens(self) -> None:
+        table = self.table
+        given = [flag for flag, value in (("--schema", table.schema), ("--dedup-on", table.dedup_on),
+                                          ("--required", table.required or None)) if value is not None]
+        if self.is_tokenized and given:
+            raise UsageError(f"{', '.join(given)}: with --tokenizer a table's --text-column (default "
+                             f"{DEFAULT_TEXT_COLUMN!r}) is tokenized, its other columns are dropped and duplicates "
+                             "are found on the text; leave these options out")
+
+    def fingerprint(self, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
+        """The options that determine the output bytes, as JSON-ready values (stored in the manifest).
+
+        Token output adds ``"tokens"`` (``TokenOptions.fingerprint``): ``tokenizer`` is the
+        loaded ``--tokenizer``, required then, so that another file at the same path is told apart.
+        """
+        options = self._fingerprint()
+        if self.is_tokenized:
+            if tokenizer is None:
+                raise ValueError("the fingerprint of a run with --tokenizer needs the loaded Tokenizer (got None)")
+            options["tokens"] = self.tokens.fingerprint(tokenizer)
+        return options
+
+    def _fingerprint(self) -> dict[str, Any]:
         return {
             "raw": os.fsdecode(self.raw.resolve()),
             "layout": str(self.layout) if self.layout else "auto",
@@ -134,10 +218,11 @@ OPTION_FLAGS: dict[str, str] = {
     "follow_symlinks": "--follow-symlinks", "image.min_side": "--min-side", "image.max_pixels": "--max-pixels",
     "image.resize_short": "--resize-short", "image.max_side": "--max-side", "image.quality": "--quality",
     "image.reencode_format": "--reencode-format", "table.schema": "--schema", "table.required": "--required",
-    "table.dedup_on": "--dedup-on", "text.unit": "--text-unit",
+    "table.dedup_on": "--dedup-on", "text.unit": "--text-unit", "tokens.tokenizer": "--tokenizer",
+    "tokens.eos": "--eos", "tokens.min_tokens": "--min-tokens", "tokens.text_column": "--text-column",
 }
 _SWITCHES = {"shuffle": False, "follow_symlinks": True}  # key -> the value that the flag sets
-_GROUPS = ("image", "table", "text")
+_GROUPS = ("image", "table", "text", "tokens")
 _MAX_SHOWN = 5
 
 
@@ -155,6 +240,8 @@ def _flatten(options: dict[str, Any]) -> dict[str, Any]:
 def describe_option(key: str, value: Any) -> str:
     """How the user would have typed fingerprint option ``key`` set to ``value``: ``--shard-size 3.0 KiB``."""
     flag = OPTION_FLAGS.get(key, key)
+    if key == "tokens.tokenizer" and isinstance(value, dict):
+        return f"{flag} {value.get('path')} (sha256 {str(value.get('sha256'))[:16]}...)"
     if key in _SWITCHES:
         return f"with {flag}" if value == _SWITCHES[key] else f"without {flag}"
     if value is None or value == [] or value == ():

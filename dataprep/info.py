@@ -1,4 +1,4 @@
-"""``dataprep info``: what a shard directory holds — counts, sizes, labels, rejects."""
+"""``dataprep info``: what a shard directory holds — counts, sizes, labels, rejects; tokens for token shards."""
 
 from __future__ import annotations
 
@@ -8,17 +8,55 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dataprep.index import read_index
-from dataprep.manifest import FORMAT_PARQUET, Manifest, read_manifest
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, Manifest, read_manifest
+from dataprep.token_shards import read_index as read_token_index
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """The documents of token shards: how many, their tokens (EOS included), and tokens per document."""
+
+    documents: int
+    tokens: int
+    min_tokens: int
+    median_tokens: float
+    max_tokens: int
+
+    @classmethod
+    def of(cls, lengths: Counter[int]) -> TokenCounts:
+        """From ``lengths``: tokens per document -> number of documents with that many."""
+        values = np.array(sorted(lengths), dtype=np.int64)
+        counts = np.array([lengths[v] for v in values.tolist()], dtype=np.int64)
+        documents = int(counts.sum())
+        if documents == 0:
+            return cls(0, 0, 0, 0.0, 0)
+        ends = np.cumsum(counts)
+
+        def item(k: int) -> int:  # item k (0-based) of the lengths in ascending order
+            return int(values[np.searchsorted(ends, k, side="right")])
+
+        median = (item((documents - 1) // 2) + item(documents // 2)) / 2
+        return cls(documents, int((values * counts).sum()), int(values[0]), median, int(values[-1]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"documents": self.documents, "tokens": self.tokens,
+                "tokens_per_document": {"min": self.min_tokens, "median": self.median_tokens, "max": self.max_tokens}}
 
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """A summary of a finished shard directory. label_counts maps class name (or index) -> samples."""
+    """A summary of a finished shard directory. label_counts maps class name (or index) -> samples.
+
+    tokens: for token shards, their documents and tokens (``TokenCounts``), else None.
+    """
 
     manifest: Manifest
     label_counts: dict[str, int]
     fields: dict[str, int]  # field -> number of samples that have it
+    tokens: TokenCounts | None = None
 
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
@@ -35,12 +73,16 @@ class DatasetInfo:
             "fields": self.fields,
             "labels": self.label_counts,
             "totals": m.totals.to_json(),
+            "tokenizer": m.tokenizer,
+            "tokens": self.tokens.to_json() if self.tokens is not None else None,
         }
 
 
 def dataset_info(out: str | os.PathLike[str]) -> DatasetInfo:
     root = Path(out)
     manifest = read_manifest(root)
+    if manifest.format == FORMAT_TOKENS:
+        return DatasetInfo(manifest, {}, {}, token_counts(root, manifest))
     names = {v: k for k, v in (manifest.label_map or {}).items()}
     labels: Counter[str] = Counter()
     fields: Counter[str] = Counter()
@@ -78,3 +120,12 @@ def _parquet_counts(path: Path, names: dict[int, str], labels: Counter[str], fie
         for value in table.column("cls").to_pylist():
             if value is not None:
                 labels[names.get(value, str(value))] += 1
+
+
+def token_counts(root: Path, manifest: Manifest) -> TokenCounts:
+    """Documents and tokens of every token shard, from their ``.idx`` (memory: one count per distinct length)."""
+    lengths: Counter[int] = Counter()
+    for shard in manifest.shards:
+        values, counts = np.unique(read_token_index(root / (shard.index or "")).lengths, return_counts=True)
+        lengths.update(dict(zip(values.tolist(), counts.tolist())))
+    return TokenCounts.of(lengths)

@@ -7,7 +7,9 @@ mapping of the output format), which content makes two samples duplicates
 (``dedup_digest``), the Parquet schema of its samples, and whether its inputs are media
 (``is_media``: one raw record per unit, cleaned on threads). The handler is built once per
 run (``make_handler``) and passed down; the write loop (``dataprep.write_loop``) knows
-nothing else about layouts.
+nothing else about layouts. Token output reads text: text files as for text output, and
+a table's text column (``TableTextHandler``); its tokenization is a stage of the write
+loop (``dataprep.token_stage``), after deduplication.
 
 A ``Packer`` sits between cleaning and the writer: it turns N kept inputs into M samples
 (``IdentityPacker``: one each). A packer that concatenates and cuts (fixed-length token
@@ -28,9 +30,9 @@ import pyarrow as pa
 from dataprep.clean.images import clean_image
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest, iter_table_rows
-from dataprep.clean.text import clean_text, iter_text_records, text_digest
+from dataprep.clean.text import clean_table_text, clean_text, iter_text_records, text_digest
 from dataprep.errors import UsageError
-from dataprep.manifest import FORMAT_WDS
+from dataprep.manifest import FORMAT_TOKENS, FORMAT_WDS
 from dataprep.records import CleanRecord, EncodedSample, RawRecord, Reject, RejectReason
 from dataprep.run_plan import FilePart, RunPlan, Unit
 from dataprep.sources import Layout, LayoutChoice
@@ -189,11 +191,7 @@ class TableHandler:
     options: TableOptions
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
-        if not isinstance(unit, FilePart):
-            yield unit
-            return
-        yield from iter_table_rows(Path(unit.path), unit.source, key_stem=unit.key, start=unit.start, end=unit.end,
-                                   first_row=unit.first_row)
+        return _table_records(unit)
 
     def clean(self, raw: RawRecord) -> Result:
         return clean_row(raw, self.schema, self.options)
@@ -238,23 +236,53 @@ class TextHandler:
         return TEXT_PARQUET_SCHEMA
 
 
+@dataclass(frozen=True)
+class TableTextHandler(TextHandler):
+    """table, tokenized: the text of column ``column`` of each row, cleaned and deduplicated as text is."""
+
+    column: str = "text"
+
+    def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
+        return _table_records(unit)
+
+    def clean(self, raw: RawRecord) -> Result:
+        return clean_table_text(raw, self.column, self.options)
+
+
+def _table_records(unit: Unit) -> Iterator[RawRecord | Reject]:
+    """The rows of a table file part (a Reject unit yields itself)."""
+    if not isinstance(unit, FilePart):
+        yield unit
+        return
+    yield from iter_table_rows(Path(unit.path), unit.source, key_stem=unit.key, start=unit.start, end=unit.end,
+                               first_row=unit.first_row)
+
+
 def make_handler(plan: RunPlan, image: ImageOptions, table: TableOptions, text: TextOptions,
-                 output_format: str) -> LayoutHandler:
-    """The handler of the plan's layout (built once per run, or once per range task)."""
+                 output_format: str, *, text_column: str = "text") -> LayoutHandler:
+    """The handler of the plan's layout (built once per run, or once per range task).
+
+    ``text_column``: the column of a table that token output (``FORMAT_TOKENS``) tokenizes.
+    """
     layout = plan.layout
     if layout is Layout.TABLE:
+        if output_format == FORMAT_TOKENS:
+            return TableTextHandler(options=text, column=text_column)
         return TableHandler(plan.info.table_schema or {}, table)
     if layout is Layout.TEXT:
         return TextHandler(text)
     return MediaHandler(image, plan.info.label_map, output_format)
 
 
-def refuse_other_layouts_options(choice: LayoutChoice, table: TableOptions, raw: Path) -> None:
-    """Table options over a RAW that is not a table would be ignored: a usage error instead."""
+def refuse_other_layouts_options(choice: LayoutChoice, table: TableOptions, raw: Path,
+                                 text_column: str | None = None) -> None:
+    """Table options (``text_column``: ``--text-column``) over a RAW that is not a table would be ignored:
+    a usage error instead."""
     if choice.layout is Layout.TABLE:
         return
     given = [flag for flag, value in (("--schema", table.schema), ("--dedup-on", table.dedup_on),
-                                      ("--required", table.required or None)) if value is not None]
+                                      ("--required", table.required or None), ("--text-column", text_column))
+             if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} applies to tables, but RAW {raw} is {choice.layout} ({choice.reason}); "
                          f"leave it out, or pass --layout table if RAW holds tables")

@@ -7,6 +7,8 @@ duplicate set) and at most one shard under its temporary name. A range-parallel 
 ``.dataprep/ranges/attempts/`` and only its driver moves shards into OUT, so OUT itself
 holds no temporary shard of it; a file written under a temporary name unique to its
 writer (``fsutil.unique_tmp_path_for``: ``.NAME.TOKEN.tmp``) is recognised like ``.NAME.tmp``.
+A token shard is two files, ``.bin`` then ``.idx`` (the commit point): a ``.bin`` without its
+``.idx`` is not in the checkpoint, so it is removed like any shard written after it.
 
 Nothing else is ever removed. ``--overwrite`` removes only files dataprep wrote (those the
 manifest or the checkpoint names, shards of the run's own prefix written after its last
@@ -117,7 +119,7 @@ def _shown(names: list[str]) -> str:
 
 def shard_pattern(prefix: str) -> re.Pattern[str]:
     """Names of the shards and index sidecars a run with ``prefix`` writes: ``{prefix}-RRRRR-NNNNNN.*``."""
-    return re.compile(rf"{re.escape(prefix)}-\d{{5}}-\d{{6}}\.(tar|tar\.idx|parquet)")
+    return re.compile(rf"{re.escape(prefix)}-\d{{5}}-\d{{6}}\.(tar|tar\.idx|parquet|bin|idx)")
 
 
 _UNIQUE_TMP = re.compile(rf"\.(.+)\.[0-9a-f]{{32}}{re.escape(TMP_SUFFIX)}")

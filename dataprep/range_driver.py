@@ -78,7 +78,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
 
 def _task(ctx: RunContext, index: int) -> RangeTask:
     return RangeTask(config=ctx.config, store=ctx.store, handler=ctx.handler, output_format=ctx.output_format,
-                     fingerprint=ctx.fingerprint, index=index)
+                     fingerprint=ctx.fingerprint, index=index, tokenizer=ctx.tokenizer)
 
 
 def publish(store: OutputStore, attempt: str, names: Iterable[str], last: str | None = None) -> None:

@@ -63,6 +63,7 @@ from dataprep.run_plan import PLAN_NAME, RunPlan
 from dataprep.seen import SeenSet
 from dataprep.store import LocalStore, OutputStore, leaf
 from dataprep.supervisor import run_supervised
+from dataprep.tokenizer import Tokenizer
 from dataprep.write_loop import ProcessCleaning, WriteLoop
 
 RANGES_DIR = f"{STATE_DIR}/ranges"
@@ -120,8 +121,9 @@ def start_attempt(store: OutputStore, label: str) -> tuple[str, LocalStore]:
 class RangeTask:
     """One range of a run: what a task needs besides the files in OUT (pickled to the worker).
 
-    store, handler, output_format, fingerprint: decided once by the driver (``RunContext``);
-    threads: cleaning threads (media) or processes (tables, text) inside the task.
+    store, handler, output_format, fingerprint, tokenizer: decided once by the driver
+    (``RunContext``; the tokenizer travels pickled, whole); threads: cleaning threads (media)
+    or processes (tables, text), and tokenizing threads, inside the task.
     """
 
     config: ShardConfig
@@ -131,6 +133,7 @@ class RangeTask:
     fingerprint: dict[str, Any]
     index: int
     threads: int = 1
+    tokenizer: Tokenizer | None = None
 
     def open_plan(self) -> RunPlan:
         """The saved plan; a clear error if this node cannot see it (OUT not shared)."""
@@ -147,7 +150,8 @@ class RangeTask:
     def context(self, store: OutputStore) -> RunContext:
         """The run as this task writes it: into ``store``, with ``threads`` cleaning workers."""
         return RunContext(config=replace(self.config, workers=self.threads), store=store, plan=self.open_plan(),
-                          handler=self.handler, output_format=self.output_format, fingerprint=self.fingerprint)
+                          handler=self.handler, output_format=self.output_format, fingerprint=self.fingerprint,
+                          tokenizer=self.tokenizer)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class RejectReason(enum.StrEnum):
     MISSING_COLUMN = "missing_column"  # a required column is absent or null
     INVALID_UTF8 = "invalid_utf8"      # text or table value is not valid UTF-8
     EMPTY_TEXT = "empty_text"          # text is empty after stripping
+    TOO_FEW_TOKENS = "too_few_tokens"  # fewer tokens than --min-tokens (token output)
     NO_MEDIA = "no_media"              # grouped files with no image in the group
     UNSUPPORTED = "unsupported"        # a file the layout has no use for (e.g. a README among tables)
     WORKER_CRASH = "worker_crash"      # cleaning it killed the worker process (a decoder crash)

@@ -13,7 +13,10 @@ from dataprep.units import format_bytes
 
 @dataclass(frozen=True)
 class Summary:
-    """What a ``dataprep shard`` run produced. Rates count this run's own work (not resumed parts)."""
+    """What a ``dataprep shard`` run produced. Rates count this run's own work (not resumed parts).
+
+    tokens: token ids in the shards (EOS included) for token output, else None.
+    """
 
     out: str
     layout: str
@@ -27,6 +30,7 @@ class Summary:
     resumed_from_shard: int | None = None
     already_complete: bool = False
     layout_reason: str | None = None
+    tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +46,7 @@ class Summary:
             "mb_per_s": round(self.mb_per_s, 2),
             "resumed_from_shard": self.resumed_from_shard,
             "already_complete": self.already_complete,
+            "tokens": self.tokens,
         }
 
 
@@ -63,6 +68,7 @@ def format_summary(summary: Summary) -> str:
         ("rejected", f"{t.rejected:,}"),
     ]
     rows += [(f"  {reason}", f"{count:,}") for reason, count in sorted(t.rejected_by_reason.items())]
+    rows += [("tokens (EOS included)", f"{summary.tokens:,}")] if summary.tokens is not None else []
     rows += [
         ("shards", f"{summary.shards:,}"),
         ("bytes written", format_bytes(summary.bytes_written)),

@@ -10,6 +10,7 @@ from dataprep.layouts import LayoutHandler
 from dataprep.manifest import ShardInfo, Totals
 from dataprep.run_plan import RunPlan
 from dataprep.store import OutputStore
+from dataprep.tokenizer import Tokenizer
 from dataprep.writers import WriterOptions
 
 
@@ -19,7 +20,8 @@ class RunContext:
 
     store: OUT (``dataprep.store``); plan: the saved run plan; handler: the plan's layout
     (``dataprep.layouts``); output_format: ``Manifest.format``, from ``writers.choose_format``;
-    fingerprint: ``config.fingerprint()``, the options that shape the output bytes.
+    fingerprint: ``config.fingerprint(tokenizer)``, the options that shape the output bytes;
+    tokenizer: the loaded ``--tokenizer`` of token output (loaded once, by the driver), else None.
     """
 
     config: ShardConfig
@@ -28,13 +30,15 @@ class RunContext:
     handler: LayoutHandler
     output_format: str
     fingerprint: dict[str, Any]
+    tokenizer: Tokenizer | None = None
 
     @property
     def writer_options(self) -> WriterOptions:
         """How every range's writer rolls shards over (``writers.open_writer``)."""
         config = self.config
         return WriterOptions(max_shard_bytes=config.max_shard_bytes, max_samples_per_shard=config.max_samples_per_shard,
-                             row_group_bytes=config.row_group_bytes, parquet_schema=self.handler.parquet_schema())
+                             row_group_bytes=config.row_group_bytes, parquet_schema=self.handler.parquet_schema(),
+                             token_dtype=self.tokenizer.dtype if self.tokenizer is not None else None)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataprep.checkpoint import PARTIAL_REJECTS_PATH, state_dir
 from dataprep.config import ShardConfig
 from dataprep.errors import RejectBudgetError, UsageError
 from dataprep.listing import LISTING_NAME, changes, list_raw, listing_digest, read_listing
-from dataprep.manifest import MANIFEST_NAME, REJECTS_NAME, Manifest, Totals, manifest_bytes
+from dataprep.manifest import FORMAT_TOKENS, MANIFEST_NAME, REJECTS_NAME, Manifest, ShardInfo, Totals, manifest_bytes
 from dataprep.report import Summary
 from dataprep.run_context import RunContext, RunOutcome
 from dataprep.run_plan import RunPlanInfo
@@ -23,12 +23,13 @@ from dataprep.writers import manifest_schema
 
 def build_manifest(ctx: RunContext, outcome: RunOutcome, argv: tuple[str, ...]) -> Manifest:
     """The manifest of a finished run (written last, by ``publish_manifest``)."""
-    info = ctx.plan.info
+    info, options = ctx.plan.info, ctx.writer_options
     return Manifest(
         format=ctx.output_format, layout=str(ctx.plan.layout), shards=outcome.shards, totals=outcome.totals,
         command=argv, options=ctx.fingerprint, label_map=info.label_map,
-        schema=manifest_schema(ctx.output_format, ctx.handler.parquet_schema(), outcome.shards),
+        schema=manifest_schema(ctx.output_format, ctx.handler.parquet_schema(), outcome.shards, options.token_dtype),
         rejects=REJECTS_NAME, layout_reason=info.layout_reason, raw_listing_sha256=info.listing_sha256,
+        tokenizer=ctx.tokenizer.manifest_block() if ctx.tokenizer is not None else None,
     )
 
 
@@ -53,7 +54,8 @@ def already_complete(config: ShardConfig, m: Manifest) -> Summary:
     check_budgets(config, m.totals)
     return Summary(out=os.fspath(config.out), layout=m.layout, output_format=m.format, totals=m.totals,
                    shards=len(m.shards), bytes_written=sum(s.bytes for s in m.shards), elapsed_s=0.0,
-                   samples_per_s=0.0, mb_per_s=0.0, already_complete=True, layout_reason=m.layout_reason)
+                   samples_per_s=0.0, mb_per_s=0.0, already_complete=True, layout_reason=m.layout_reason,
+                   tokens=_tokens(m.format, m.shards))
 
 
 def check_raw_unchanged(config: ShardConfig, plan: RunPlanInfo) -> None:
@@ -92,5 +94,10 @@ def summary_of(ctx: RunContext, outcome: RunOutcome, elapsed_s: float, resumed_f
         totals=outcome.totals, shards=len(outcome.shards), bytes_written=sum(s.bytes for s in outcome.shards),
         elapsed_s=elapsed_s, samples_per_s=outcome.processed / elapsed_s if elapsed_s else 0.0,
         mb_per_s=outcome.bytes_out / elapsed_s / 1e6 if elapsed_s else 0.0, resumed_from_shard=resumed_from_shard,
-        layout_reason=ctx.plan.info.layout_reason,
+        layout_reason=ctx.plan.info.layout_reason, tokens=_tokens(ctx.output_format, outcome.shards),
     )
+
+
+def _tokens(output_format: str, shards: tuple[ShardInfo, ...]) -> int | None:
+    """Token ids in token shards (EOS included); None for the other formats."""
+    return sum(s.num_tokens or 0 for s in shards) if output_format == FORMAT_TOKENS else None

@@ -367,13 +367,14 @@ def _table_schema(config: ShardConfig, units_path: Path, offsets: np.ndarray) ->
         opts = config.table
         named = [("--dedup-on", opts.dedup_on)] if opts.dedup_on else []
         named += [("--required", c) for c in opts.required or ()]
+        hint = "check the name, or pass --schema to declare the columns"
+        if config.is_tokenized:  # the text column is the one that matters; --schema does not apply
+            named, hint = [("--text-column", config.tokens.column)], "name the column of the text with --text-column"
         for option, column in named:
             if column not in schema:
                 found = ", ".join(schema) or "none"
-                raise UsageError(
-                    f"{option} {column!r}: no such column in the first {_SCHEMA_SAMPLE_ROWS} rows of the tables "
-                    f"(columns found: {found}); check the name, or pass --schema to declare the columns"
-                )
+                raise UsageError(f"{option} {column!r}: no such column in the first {_SCHEMA_SAMPLE_ROWS} rows of "
+                                 f"the tables (columns found: {found}); {hint}")
     return schema
 
 

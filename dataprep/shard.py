@@ -1,10 +1,12 @@
 """``dataprep shard``, the command: open OUT and the run plan, choose the engine, end the run, report.
 
-One run, in order: check RAW and OUT, lock OUT, see what it holds (``outdir.open_output``:
-fresh, a run to resume, or finished), then open the run: the saved plan (RAW must be
-unchanged) or a new one (``dataprep.run_plan``), and with it everything decided once and
-handed down as a ``RunContext``: the output store, the layout's handler, the output
-format, the options' fingerprint. The engine writes the ranges (``LocalEngine``: this
+One run, in order: load the tokenizer of token output (``--tokenizer``: a usage error
+before anything is written), check RAW and OUT, lock OUT, see what it holds
+(``outdir.open_output``: fresh, a run to resume, or finished), then open the run: the
+saved plan (RAW must be unchanged) or a new one (``dataprep.run_plan``), and with it
+everything decided once and handed down as a ``RunContext``: the output store, the
+layout's handler, the output format, the options' fingerprint (with the tokenizer's
+sha256), the tokenizer. The engine writes the ranges (``LocalEngine``: this
 machine, checkpointed; ``RayEngine``: range tasks on a cluster); then the rejects file is
 published, the budgets checked and the manifest written last (``dataprep.run_end``).
 """
@@ -31,6 +33,7 @@ from dataprep.run_end import (already_complete, build_manifest, check_budgets, c
 from dataprep.run_plan import RunPlan, make_run_plan
 from dataprep.sources import LayoutChoice, choose_layout
 from dataprep.store import LocalStore, OutputStore
+from dataprep.tokenizer import Tokenizer, load_tokenizer
 from dataprep.write_loop import Item
 from dataprep.writers import choose_format
 
@@ -59,14 +62,15 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     started = time.monotonic()
     engine = make_engine(config)
     engine.check()
+    tokenizer = run_tokenizer(config)
     check_paths(config.raw, config.out)
     with OutputLock(config.out):
-        fingerprint = config.fingerprint()
+        fingerprint = config.fingerprint(tokenizer)
         store = LocalStore(config.out)
         state = open_output(config.out, fingerprint, overwrite=config.overwrite)
         if state.finished is not None:
             return already_complete(config, state.finished)
-        ctx, checkpoint = _open_run(config, store, state, fingerprint)
+        ctx, checkpoint = _open_run(config, store, state, fingerprint, tokenizer)
         progress = progress or ProgressLine(None, enabled=False)
         progress.total = len(ctx.plan) if ctx.handler.is_media else None
         outcome = engine.run(ctx, checkpoint, progress)
@@ -78,23 +82,31 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     return summary_of(ctx, outcome, time.monotonic() - started, resumed_from_shard)
 
 
-def _open_run(config: ShardConfig, store: OutputStore, state: OutputState,
-              fingerprint: dict[str, Any]) -> tuple[RunContext, Checkpoint]:
+def run_tokenizer(config: ShardConfig) -> Tokenizer | None:
+    """The tokenizer of ``--tokenizer`` (and ``--eos``), loaded once per run; None without token output."""
+    spec = config.tokens.tokenizer
+    return None if spec is None else load_tokenizer(spec, eos=config.tokens.eos)
+
+
+def _open_run(config: ShardConfig, store: OutputStore, state: OutputState, fingerprint: dict[str, Any],
+              tokenizer: Tokenizer | None) -> tuple[RunContext, Checkpoint]:
     """The run: its saved plan and checkpoint when resuming (RAW must be unchanged), or a new plan."""
+    requested, tokenized = str(config.output_format), config.is_tokenized
     if state.plan is not None and state.checkpoint is not None:
         check_raw_unchanged(config, state.plan)
         plan, checkpoint = RunPlan(state_dir(config.out)), state.checkpoint
-        output_format = choose_format(str(config.output_format), plan.layout)
+        output_format = choose_format(requested, plan.layout, tokenized=tokenized)
     else:
         choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
-        output_format = choose_format(str(config.output_format), choice.layout)  # a bad --format before planning
-        refuse_other_layouts_options(choice, config.table, config.raw)
+        output_format = choose_format(requested, choice.layout, tokenized=tokenized)  # before planning
+        refuse_other_layouts_options(choice, config.table, config.raw, config.tokens.text_column)
         plan = _new_plan(config, choice, fingerprint)
         checkpoint = Checkpoint()
         save_checkpoint(store, checkpoint)
-    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    handler = make_handler(plan, config.image, config.table, config.text, output_format,
+                           text_column=config.tokens.column)
     ctx = RunContext(config=config, store=store, plan=plan, handler=handler, output_format=output_format,
-                     fingerprint=fingerprint)
+                     fingerprint=fingerprint, tokenizer=tokenizer)
     return ctx, checkpoint
 
 
@@ -115,6 +127,7 @@ def plan_records(config: ShardConfig, directory: Path, output_format: str) -> tu
     What a run cleans, without writing anything (for benchmarks: ``write_loop.clean_item(handler, item)``).
     """
     choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
-    plan = make_run_plan(config, choice, directory, config.fingerprint())
-    handler = make_handler(plan, config.image, config.table, config.text, output_format)
+    plan = make_run_plan(config, choice, directory, config.fingerprint(run_tokenizer(config)))
+    handler = make_handler(plan, config.image, config.table, config.text, output_format,
+                           text_column=config.tokens.column)
     return handler, (record for unit in plan.units(0, len(plan)) for record in handler.records(unit))

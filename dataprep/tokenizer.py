@@ -26,7 +26,8 @@ when the user set ``TOKENIZERS_PARALLELISM=true``, deadlocks in the child's firs
 So the pool never starts by our hand, and every process forked after ``load_tokenizer``
 has ``TOKENIZERS_PARALLELISM=false`` set in its environment (``os.register_at_fork``):
 process workers, the write loop's child, ``multiprocessing`` fork pools all tokenize
-correctly whatever the parent did.
+correctly whatever the parent did. A process that unpickles a ``Tokenizer`` (a Ray task)
+sets it too.
 
 Why threads: ``encode`` holds the GIL (threads calling it do not scale); ``encode_batch``
 releases it for the Rust part, and what it keeps (turning ids into arrays) is 2-5% of a
@@ -150,6 +151,13 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         """One text's ids then ``eos_id`` (``encode_batch`` of one text)."""
         return self.encode_batch([text])[0]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A process that receives a tokenizer pickled (a Ray worker) keeps the library's own
+        # threads off as load_tokenizer does: its task tokenizes on the thread it was given.
+        self.__dict__.update(state)
+        if self.backend is not None:
+            _keep_library_threads_off()
 
 
 def _bytes_ids(text: str, dtype: np.dtype) -> np.ndarray:

@@ -1,5 +1,9 @@
 """Check a shard directory against its manifest: hashes, sizes, index sidecars, counts.
 
+Token shards (``.bin`` + ``.idx``): both files re-hashed, and the ``.idx`` read
+(``token_shards.read_index``) and checked against the manifest's documents, tokens and
+dtype and against the size of its ``.bin``.
+
 ``verify`` collects every problem it finds as one line naming the shard (and the sample
 key or byte offset where known) instead of stopping at the first; a missing or
 unreadable manifest is the one thing it raises on (``FormatError``), since without it
@@ -22,11 +26,13 @@ import pyarrow.parquet as pq
 
 from dataprep.errors import FormatError
 from dataprep.index import ShardIndex, index_tar, read_index
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, Manifest, ShardInfo, read_manifest, sha256_file
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, Manifest, ShardInfo, read_manifest, sha256_file
+from dataprep.token_shards import TokenIndex
+from dataprep.token_shards import read_index as read_token_index
 
 ShardCallback = Callable[[str, int], None]
 _LINE_CHUNK = 1 << 20
-_SHARD_SUFFIXES = (".tar", ".tar.idx", ".parquet")
+_SHARD_SUFFIXES = (".tar", ".tar.idx", ".parquet", ".bin", ".idx")
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,10 @@ def verify(out_dir: Path, *, check_index: bool = True, on_shard: ShardCallback |
             continue
         size = path.stat().st_size
         problems.extend(_check_bytes(path, info, size))
-        problems.extend(_check_contents(out, path, info, manifest.format, check_index))
+        if manifest.format == FORMAT_TOKENS:
+            problems.extend(_check_tokens(out, info, size, (manifest.tokenizer or {}).get("dtype")))
+        else:
+            problems.extend(_check_contents(out, path, info, manifest.format, check_index))
         checked, samples, total_bytes = checked + 1, samples + info.num_samples, total_bytes + size
         if on_shard is not None:
             on_shard(info.name, size)
@@ -129,6 +138,48 @@ def _check_contents(out: Path, path: Path, info: ShardInfo, fmt: str, check_inde
     except FormatError as err:
         return [f"{info.name}: cannot re-index the tar: {err}"]
     return compare_index(info.name, recorded, actual, manifest_samples=info.num_samples)
+
+
+def _check_tokens(out: Path, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
+    """A token shard's ``.idx``: its sha256, then its contents against the manifest and the ``.bin``."""
+    sidecar = _shard_path(out, info.index or "")
+    if sidecar is None:
+        return [f"{info.name}: token index name {info.index!r} is not a plain file name"]
+    if not sidecar.is_file():
+        return [f"{info.index}: the token index of {info.name} is missing from {out}"]
+    problems = []
+    digest = sha256_file(sidecar)
+    if digest != info.index_sha256:
+        problems.append(f"{info.index}: sha256 {digest} does not match the manifest's {info.index_sha256} (token "
+                        "index corrupted or replaced)")
+    try:
+        index = read_token_index(sidecar)
+    except FormatError as err:
+        return [*problems, f"{info.index}: {err}"]
+    return problems + token_index_problems(index, info, bin_bytes, dtype)
+
+
+def token_index_problems(index: TokenIndex, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
+    """Problems between a token shard's decoded ``.idx``, its manifest entry and its ``.bin`` of ``bin_bytes``."""
+    name, problems = info.index, []
+    if dtype is not None and str(index.dtype) != dtype:
+        problems.append(f"{name}: dtype {index.dtype}, the manifest's tokenizer says {dtype}")
+    if index.num_sequences != info.num_samples:
+        problems.append(f"{name}: {index.num_sequences} documents, the manifest records {info.num_samples}")
+    if info.num_tokens is not None and index.num_tokens != info.num_tokens:
+        problems.append(f"{name}: {index.num_tokens} tokens, the manifest records {info.num_tokens}")
+    itemsize = index.dtype.itemsize
+    if index.num_tokens * itemsize != bin_bytes:
+        problems.append(f"{name}: its documents hold {index.num_tokens} tokens of {itemsize} bytes, "
+                        f"{info.name} has {bin_bytes} bytes")
+    starts = np.concatenate([[0], np.cumsum(index.lengths[:-1], dtype=np.int64) * itemsize])
+    if index.num_sequences and not np.array_equal(index.pointers, starts):
+        bad = int(np.flatnonzero(index.pointers != starts)[0])
+        problems.append(f"{name}: document {bad} starts at byte {int(index.pointers[bad])} of {info.name}, "
+                        f"after the documents before it: byte {int(starts[bad])}")
+    if not np.array_equal(index.documents, np.arange(index.num_sequences + 1)):
+        problems.append(f"{name}: document indices are not 0..{index.num_sequences} (one sequence per document)")
+    return problems
 
 
 def _check_parquet(path: Path, info: ShardInfo) -> list[str]:

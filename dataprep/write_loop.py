@@ -2,7 +2,9 @@
 
 One generic loop owns the order: units of the plan become raw records (the layout's
 ``LayoutHandler``), which are cleaned in parallel and come back in plan order, so shard
-contents do not depend on the number of workers. Each range of the plan is written by its
+contents do not depend on the number of workers; duplicates are then told (by the
+``WriteMode``) and, for token output, the kept documents tokenized in batches
+(``dataprep.token_stage``), still in plan order. Each range of the plan is written by its
 own shard writer (``writers.open_writer``: shards ``{prefix}-{range:05d}-{n:06d}``); after
 every completed shard, and at the end of each range, the loop records the place reached.
 
@@ -36,6 +38,7 @@ from dataprep.records import CleanRecord, EncodedSample, RawRecord, Reject, Reje
 from dataprep.report import ProgressLine
 from dataprep.run_context import RunContext, RunOutcome
 from dataprep.run_plan import RunPlan
+from dataprep.token_stage import TokenStage
 from dataprep.writers import ShardWriter, open_writer
 
 log = logging.getLogger(__name__)
@@ -138,7 +141,11 @@ class WriteMode(Protocol):
         ...
 
     def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
-        """Whether the kept sample, raw record number ``records_done`` of the plan, repeats an earlier one."""
+        """Whether the kept sample, raw record number ``records_done`` of the plan, repeats an earlier one.
+
+        Asked once per record, in plan order, possibly a batch of records ahead of the last
+        checkpoint: a resume forgets what was recorded past its checkpoint.
+        """
         ...
 
     def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
@@ -179,6 +186,7 @@ class WriteLoop:
         self.next_shard = start.next_shard
         self.processed = 0
         self.bytes_out = 0
+        self.tokens = _token_stage(ctx)
 
     def execute(self) -> RunOutcome:
         mode = self.mode
@@ -234,13 +242,25 @@ class WriteLoop:
                 yield item
 
     def _results(self, first: int, stop: int, skip: int, tags: deque[Tag]) -> Generator[Result, None, None]:
-        """Cleaning results in plan order; ``tags`` gets each one's (position, record) as it is submitted."""
-        return self.cleaning.results(self.ctx.handler, self._items(first, stop, skip, tags), first + skip)
+        """Results in plan order, cleaned, duplicates told, tokenized for token output; ``tags`` gets each
+        one's (position, record) as it is submitted."""
+        cleaned = self.cleaning.results(self.ctx.handler, self._items(first, stop, skip, tags), first + skip)
+        kept = self._deduplicated(cleaned, self.records_done)
+        return kept if self.tokens is None else self.tokens.documents(kept)
+
+    def _deduplicated(self, results: Generator[Result, None, None],
+                      first_record: int) -> Generator[Result, None, None]:
+        """``results`` with each duplicate replaced by its reject; the first result is raw record ``first_record``."""
+        mode, handler = self.mode, self.ctx.handler
+        with closing(results):
+            for record, result in enumerate(results, first_record):
+                if not isinstance(result, Reject) and mode.is_duplicate(handler, result, record):
+                    result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input",
+                                    _row_of(result))
+                yield result
 
     def _consume(self, tag: Tag, result: Result, writer: ShardWriter, rejects: BinaryIO, index: int) -> None:
         self.processed += 1
-        if not isinstance(result, Reject) and self.mode.is_duplicate(self.ctx.handler, result, self.records_done):
-            result = Reject(result.source, RejectReason.DUPLICATE, "same content as an earlier input", _row_of(result))
         if isinstance(result, Reject):
             self.counts[str(result.reason)] += 1
             rejects.write(reject_line(result))
@@ -290,6 +310,13 @@ class WriteLoop:
                                   skip=cursor[1], records_done=records_done, rejects_bytes=rejects.tell(),
                                   totals=totals, shards=tuple(self.shards), carry=self.packer.state_dict())
         self.mode.commit(self.checkpoint, rejects)
+
+
+def _token_stage(ctx: RunContext) -> TokenStage | None:
+    """The token stage of a run that writes token shards (``--tokenizer``), on ``--workers`` threads."""
+    if ctx.tokenizer is None:
+        return None
+    return TokenStage(ctx.tokenizer, threads=ctx.config.workers, min_tokens=ctx.config.tokens.fewest_tokens)
 
 
 def _row_of(record: CleanRecord | EncodedSample) -> int | None:

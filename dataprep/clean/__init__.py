@@ -4,7 +4,7 @@
 - images     clean_image: check, strictly decode, normalise to RGB, re-encode only when needed
 - structure  what decoders skip: JPEG marker structure, PNG chunk CRCs and IEND
 - tables     iter_table_rows (CSV/TSV, JSONL, Parquet), infer_schema, clean_row, arrow_schema
-- text       iter_text_records (per file or line), clean_text, text_digest
+- text       iter_text_records (per file or line), clean_text, clean_table_text (token output), text_digest
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataprep.clean.tables import (
     iter_table_rows,
     source_key_stem,
 )
-from dataprep.clean.text import clean_text, iter_text_records, text_digest
+from dataprep.clean.text import clean_table_text, clean_text, iter_text_records, text_digest
 
 __all__ = [
     "IMAGE_FIELDS",
@@ -37,6 +37,7 @@ __all__ = [
     "arrow_schema",
     "clean_image",
     "clean_row",
+    "clean_table_text",
     "clean_text",
     "dedup_digest",
     "dedup_value",

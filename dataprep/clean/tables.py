@@ -354,6 +354,17 @@ def _show(value: object) -> str:
     return f"{text[:60]}... ({type(value).__name__})" if len(text) > 60 else f"{text} ({type(value).__name__})"
 
 
+def parsed_row(raw: RawRecord) -> Mapping[str, object] | Reject:
+    """A table record's row (column -> value), or the reject of a row that could not be parsed."""
+    value = raw.value
+    if isinstance(value, RowError):
+        return Reject(raw.source, value.reason, value.detail, raw.row)
+    if not isinstance(value, Mapping):
+        return Reject(raw.source, RejectReason.BAD_ROW, f"row is a {type(value).__name__}, expected column -> value",
+                      raw.row)
+    return value
+
+
 def clean_row(raw: RawRecord, schema: Mapping[str, str], opts: TableOptions) -> CleanRecord | Reject:
     """A table row coerced to ``schema``, or why not.
 
@@ -361,12 +372,9 @@ def clean_row(raw: RawRecord, schema: Mapping[str, str], opts: TableOptions) -> 
     column, plus "__source__" (str) and "__row__" (int). Columns outside the schema are
     dropped. ``opts.required`` columns (all schema columns when None) must be non-null.
     """
-    value = raw.value
-    if isinstance(value, RowError):
-        return Reject(raw.source, value.reason, value.detail, raw.row)
-    if not isinstance(value, Mapping):
-        return Reject(raw.source, RejectReason.BAD_ROW, f"row is a {type(value).__name__}, expected column -> value",
-                      raw.row)
+    value = parsed_row(raw)
+    if isinstance(value, Reject):
+        return value
     for column in (schema if opts.required is None else opts.required):
         if value.get(column) is None:
             state = "null" if column in value else "absent"

@@ -1,4 +1,7 @@
-"""Text inputs: one record per file or per line; cleaning = strict UTF-8, not blank, Unicode-normalised."""
+"""Text inputs: one record per file or per line; cleaning = strict UTF-8, not blank, Unicode-normalised.
+
+The text of a table's column (token output, ``clean_table_text``) is cleaned the same way.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from dataprep.clean.options import TextOptions, TextUnit
-from dataprep.clean.tables import RowError, source_key_stem
+from dataprep.clean.tables import RowError, parsed_row, source_key_stem
 from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
 
 TEXT_DIGEST_BYTES = 16
@@ -69,10 +72,40 @@ def clean_text(raw: RawRecord, opts: TextOptions) -> CleanRecord | Reject:
         return Reject(raw.source, RejectReason.INVALID_UTF8, detail, raw.row)
     if raw.row is None or raw.row == 1:
         text = text.removeprefix("\ufeff")
-    if not text.strip():
-        what = "line" if raw.row is not None else "file"
-        return Reject(raw.source, RejectReason.EMPTY_TEXT, f"{what} is empty or only whitespace ({len(data)} bytes)",
+    what = "line" if raw.row is not None else "file"
+    return _text_record(raw, text, opts, f"{what} is empty or only whitespace ({len(data)} bytes)")
+
+
+def clean_table_text(raw: RawRecord, column: str, opts: TextOptions) -> CleanRecord | Reject:
+    """The text in ``column`` of a table row, cleaned as ``clean_text`` cleans a line, or why not.
+
+    fields as ``clean_text``'s (``__row__``: the row number); the row's other columns are
+    dropped. A row without the column is a ``missing_column`` reject; a null, empty or blank
+    value an ``empty_text`` one; a value that is not a string a ``wrong_type`` one.
+    """
+    value = parsed_row(raw)
+    if isinstance(value, Reject):
+        return value
+    if column not in value:
+        return Reject(raw.source, RejectReason.MISSING_COLUMN,
+                      f"no column {column!r} (--text-column) in this row (its columns: {', '.join(map(str, value))})",
                       raw.row)
+    text = "" if value[column] is None else value[column]
+    if not isinstance(text, str):
+        return Reject(raw.source, RejectReason.WRONG_TYPE,
+                      f"column {column!r}: expected text, got {str(text)[:60]!r} ({type(text).__name__})", raw.row)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, e.g. a "\udcff" escape in JSON
+        detail = f"column {column!r}: character {err.start} is a lone surrogate, which has no UTF-8 form"
+        return Reject(raw.source, RejectReason.INVALID_UTF8, detail, raw.row)
+    return _text_record(raw, text, opts, f"column {column!r} is null, empty or only whitespace")
+
+
+def _text_record(raw: RawRecord, text: str, opts: TextOptions, empty_detail: str) -> CleanRecord | Reject:
+    """``text`` normalised as a clean record of ``raw``, or an ``empty_text`` reject if it is blank."""
+    if not text.strip():
+        return Reject(raw.source, RejectReason.EMPTY_TEXT, empty_detail, raw.row)
     text = unicodedata.normalize(cast(NormalForm, opts.normalize), text)
     return CleanRecord(raw.key, raw.source, {"text": text, "__source__": raw.source, "__row__": raw.row})
 

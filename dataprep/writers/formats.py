@@ -1,8 +1,8 @@
 """The output formats: which one a run writes (``choose_format``), its shard writer (``open_writer``).
 
-A format is decided once per run, from ``--format`` and the layout, and its writer is
-opened here for every range; a new format (token shards, issue 21) is one more entry of
-``WRITERS`` and, where its manifest carries a schema, of ``manifest_schema``.
+A format is decided once per run, from ``--format``, ``--tokenizer`` and the layout, and its
+writer is opened here for every range; a new format is one more entry of ``WRITERS`` and,
+where its manifest carries a schema, of ``manifest_schema``.
 """
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from dataprep.detection import Layout
 from dataprep.errors import UsageError
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, ShardInfo
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, ShardInfo
 from dataprep.writers.base import ShardWriter
 from dataprep.writers.parquet import ParquetShardWriter
 from dataprep.writers.tar import TarShardWriter
+from dataprep.writers.tokens import TOKENS_FIELD, TokenShardWriter
 
 
 @dataclass(frozen=True)
@@ -27,13 +29,15 @@ class WriterOptions:
 
     max_shard_bytes, max_samples_per_shard: when a shard is full (``ShardLimits``);
     row_group_bytes: Parquet row-group bound; parquet_schema: the columns of Parquet
-    shards (the layout's; None for other formats).
+    shards (the layout's; None for other formats); token_dtype: the ids' dtype in token
+    shards (``Tokenizer.dtype``; None for other formats).
     """
 
     max_shard_bytes: int | None
     max_samples_per_shard: int | None
     row_group_bytes: int
     parquet_schema: pa.Schema | None = None
+    token_dtype: np.dtype | None = None
 
 
 WriterOpener = Callable[[Path, str, int, WriterOptions], ShardWriter]
@@ -53,8 +57,15 @@ def _open_parquet(out_dir: Path, prefix: str, start_shard: int, options: WriterO
                               row_group_bytes=options.row_group_bytes, start_shard=start_shard)
 
 
+def _open_tokens(out_dir: Path, prefix: str, start_shard: int, options: WriterOptions) -> ShardWriter:
+    if options.token_dtype is None:
+        raise ValueError("token shards need WriterOptions.token_dtype (got None)")
+    return TokenShardWriter(out_dir, dtype=options.token_dtype, prefix=prefix, max_shard_bytes=options.max_shard_bytes,
+                            max_samples_per_shard=options.max_samples_per_shard, start_shard=start_shard)
+
+
 # Output format (``Manifest.format``) -> how its writer is opened.
-WRITERS: dict[str, WriterOpener] = {FORMAT_WDS: _open_tar, FORMAT_PARQUET: _open_parquet}
+WRITERS: dict[str, WriterOpener] = {FORMAT_WDS: _open_tar, FORMAT_PARQUET: _open_parquet, FORMAT_TOKENS: _open_tokens}
 
 
 def open_writer(fmt: str, out_dir: Path, *, prefix: str, start_shard: int, options: WriterOptions) -> ShardWriter:
@@ -66,8 +77,22 @@ def open_writer(fmt: str, out_dir: Path, *, prefix: str, start_shard: int, optio
     return opener(out_dir, prefix, start_shard, options)
 
 
-def choose_format(requested: str, layout: Layout) -> str:
-    """The output format for ``--format`` (auto, wds, parquet) and the layout."""
+def choose_format(requested: str, layout: Layout, *, tokenized: bool = False) -> str:
+    """The output format for ``--format`` (auto, wds, parquet, tokens), ``--tokenizer`` (``tokenized``) and the layout.
+
+    A tokenizer makes token shards, of text (text files, or a table's text column) only.
+    """
+    if tokenized:
+        if layout.is_media:
+            raise UsageError(f"--tokenizer tokenizes text, but RAW is {layout} (media files); leave out --tokenizer, "
+                             "or give a RAW of text files or tables (--layout text or table)")
+        if requested not in ("auto", FORMAT_TOKENS):
+            raise UsageError(f"--tokenizer writes token shards (--format {FORMAT_TOKENS}), not --format {requested}; "
+                             "leave out --format, or --tokenizer")
+        return FORMAT_TOKENS
+    if requested == FORMAT_TOKENS:
+        raise UsageError(f"--format {FORMAT_TOKENS} needs --tokenizer TOK: a Hugging Face tokenizer.json, or bytes "
+                         "(UTF-8 bytes as ids)")
     if requested == "auto":
         return FORMAT_WDS if layout.is_media else FORMAT_PARQUET
     if requested == FORMAT_WDS and not layout.is_media:
@@ -75,8 +100,12 @@ def choose_format(requested: str, layout: Layout) -> str:
     return requested
 
 
-def manifest_schema(fmt: str, parquet_schema: pa.Schema, shards: tuple[ShardInfo, ...]) -> list[dict[str, str]]:
-    """The manifest's ``schema``: the fields of tar shards (as written), else the Parquet columns."""
+def manifest_schema(fmt: str, parquet_schema: pa.Schema, shards: tuple[ShardInfo, ...],
+                    token_dtype: np.dtype | None = None) -> list[dict[str, str]]:
+    """The manifest's ``schema``: the fields of tar shards (as written), the token ids' dtype, else the Parquet
+    columns."""
+    if fmt == FORMAT_TOKENS:
+        return [{"name": TOKENS_FIELD, "type": str(token_dtype)}]
     if fmt != FORMAT_WDS:
         return [{"name": f.name, "type": str(f.type)} for f in parquet_schema]
     fields = sorted({f for s in shards for f in s.fields})

@@ -10,29 +10,19 @@ archive ends with the two zero blocks of the standard; it is not padded to tar's
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from dataprep.fsutil import commit_tmp, start_writeback, tmp_path_for
+from dataprep.fsutil import commit_tmp
 from dataprep.index import SampleEntry, ShardIndex, index_path_for, split_member_name, write_index
 from dataprep.manifest import ShardInfo
 from dataprep.records import CleanRecord, EncodedSample
-from dataprep.writers.base import (
-    DEFAULT_MAX_SHARD_BYTES,
-    ShardLimits,
-    ShardNaming,
-    WriterLifecycle,
-    remove_quietly,
-)
+from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, OpenShardFile, RollingShardWriter
 
 TAR_SUFFIX = ".tar"
-# Start the disk writeback of a growing shard every this many bytes, so that closing it
-# (fsync) does not stall the writer while the whole shard goes to disk.
-WRITEBACK_BYTES = 8 * 2**20
 _BLOCK = tarfile.BLOCKSIZE
 _END_OF_ARCHIVE = b"\0" * (2 * _BLOCK)
 _ZEROS = b"\0" * _BLOCK
@@ -120,27 +110,19 @@ def encode_sample(record: CleanRecord) -> EncodedSample:
 
 
 @dataclass
-class _OpenShard:
-    """A shard being written under its temporary name; ``position`` is bytes written so far."""
+class _OpenShard(OpenShardFile):
+    """A tar shard being written under its temporary name, with the index entries of its samples."""
 
-    name: str
-    final: Path
-    tmp: Path
-    fileobj: BinaryIO
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
-    position: int = 0
     entries: list[SampleEntry] = field(default_factory=list)
     keys: set[str] = field(default_factory=set)
-    written_back: int = 0  # bytes whose writeback to disk has been started
 
-    def put(self, chunk: bytes) -> None:
-        self.fileobj.write(chunk)
-        self.digest.update(chunk)
-        self.position += len(chunk)
-        if self.position - self.written_back >= WRITEBACK_BYTES:
-            self.fileobj.flush()
-            start_writeback(self.fileobj.fileno(), self.written_back, self.position - self.written_back)
-            self.written_back = self.position
+    @property
+    def num_samples(self) -> int:
+        return len(self.entries)
+
+    @property
+    def closed_bytes(self) -> int:
+        return self.position + _END_BYTES  # a shard's size when closed includes the end-of-archive blocks
 
     def add(self, sample: EncodedSample) -> None:
         """Append one sample's members and record where each field's data landed."""
@@ -167,7 +149,7 @@ class _OpenShard:
                          sha256=self.digest.hexdigest(), index=index_path.name, fields=index.fields)
 
 
-class TarShardWriter(WriterLifecycle):
+class TarShardWriter(RollingShardWriter[_OpenShard]):
     """Writes ``CleanRecord``s (fields: name -> bytes) into WebDataset tar shards with index sidecars.
 
     Shards are ``f"{prefix}-{n:06d}.tar"`` in ``out_dir``, numbered from ``start_shard``;
@@ -183,69 +165,20 @@ class TarShardWriter(WriterLifecycle):
         max_samples_per_shard: int | None = None,
         start_shard: int = 0,
     ) -> None:
-        self._limits = ShardLimits(max_shard_bytes, max_samples_per_shard)
-        self._naming = ShardNaming(Path(out_dir), prefix, TAR_SUFFIX, start_shard)
-        self._next_shard = start_shard
-        self._open: _OpenShard | None = None
-        self._done: list[ShardInfo] = []
-        self._is_finished = False
-
-    @property
-    def shards(self) -> tuple[ShardInfo, ...]:
-        """Every shard completed so far, in order."""
-        return tuple(self._done)
+        super().__init__(out_dir, suffix=TAR_SUFFIX, prefix=prefix, max_shard_bytes=max_shard_bytes,
+                         max_samples_per_shard=max_samples_per_shard, start_shard=start_shard)
 
     def write(self, record: CleanRecord | EncodedSample) -> list[ShardInfo]:
         """Add one sample; returns the shard this call completed, if any (already renamed and indexed).
 
         ``record`` may come pre-serialised (``encode_sample``, e.g. in a worker process).
         """
-        if self._is_finished:
-            raise ValueError("write() on a TarShardWriter that was closed or aborted")
+        self._check_writable()
         sample = record if isinstance(record, EncodedSample) else encode_sample(record)
-        closed: list[ShardInfo] = []
-        shard = self._open
-        # A shard's size when closed includes the end-of-archive blocks.
-        if shard is not None and self._limits.is_overflow(shard.position + _END_BYTES, len(shard.entries),
-                                                          len(sample.blob)):
-            closed.append(self._finish_open())
-        shard = self._open or self._start_shard()
-        try:
-            shard.add(sample)
-        except OSError as err:
-            # The temporary file now ends in a partial sample: nothing more can go into it.
-            err.add_note(f"while writing sample {sample.key!r} to {shard.tmp}")
-            self.abort()
-            raise
-        if self._limits.is_full(len(shard.entries)):
-            closed.append(self._finish_open())
-        return closed
+        return self._put(sample.key, len(sample.blob), lambda shard: shard.add(sample))
 
-    def abort(self) -> None:
-        """Close and remove the temporary file of the open shard; completed shards stay."""
-        self._is_finished = True
-        shard, self._open = self._open, None
-        if shard is not None:
-            shard.fileobj.close()
-            remove_quietly(shard.tmp)
+    def _new_shard(self, final: Path, tmp: Path, fileobj: BinaryIO) -> _OpenShard:
+        return _OpenShard(final.name, final, tmp, fileobj)
 
-    def _start_shard(self) -> _OpenShard:
-        final = self._naming.path(self._next_shard)
-        tmp = tmp_path_for(final)
-        self._open = _OpenShard(final.name, final, tmp, open(tmp, "wb"))  # noqa: SIM115 (lives as long as the shard)
-        self._next_shard += 1
-        return self._open
-
-    def _finish_open(self) -> ShardInfo:
-        shard = self._open
-        if shard is None:
-            raise RuntimeError("no open shard to finish")  # internal invariant, not user input
-        try:
-            info = shard.finish()
-        except OSError as err:
-            err.add_note(f"while completing shard {shard.final}")
-            self.abort()
-            raise
-        self._open = None
-        self._done.append(info)
-        return info
+    def _commit(self, shard: _OpenShard) -> ShardInfo:
+        return shard.finish()

@@ -24,11 +24,11 @@ from typing import BinaryIO
 import numpy as np
 from numpy.typing import DTypeLike
 
-from dataprep.fsutil import commit_tmp, fsync_dir, start_writeback, tmp_path_for
+from dataprep.fsutil import commit_tmp, fsync_dir, tmp_path_for
 from dataprep.manifest import ShardInfo
-from dataprep.records import CleanRecord
+from dataprep.records import CleanRecord, EncodedSample
 from dataprep.token_shards import BIN_SUFFIX, DTYPE_CODES, IDX_HEADER_BYTES, IDX_SUFFIX, encode_index
-from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, ShardLimits, ShardNaming, WriterLifecycle, remove_quietly
+from dataprep.writers.base import DEFAULT_MAX_SHARD_BYTES, OpenShardFile, RollingShardWriter, remove_quietly
 
 __all__ = ["INDEX_BYTES_PER_DOCUMENT", "TOKENS_FIELD", "TokenShardWriter", "TokenizedDocument", "index_path_for"]
 
@@ -36,7 +36,6 @@ TOKENS_FIELD = "tokens"  # a CleanRecord's field holding its token ids
 # What a document adds to the .idx: an int32 length, an int64 pointer, an int64 document index.
 INDEX_BYTES_PER_DOCUMENT = 4 + 8 + 8
 _EMPTY_INDEX_BYTES = IDX_HEADER_BYTES + 8  # header and the closing document index
-WRITEBACK_BYTES = 8 * 2**20  # start the disk writeback of a growing .bin every this many bytes
 _MAX_DOCUMENT_TOKENS = np.iinfo(np.int32).max
 
 
@@ -54,10 +53,10 @@ class TokenizedDocument:
     tokens: np.ndarray
 
 
-def _document_of(record: CleanRecord | TokenizedDocument) -> TokenizedDocument:
+def _document_of(record: CleanRecord | EncodedSample | TokenizedDocument) -> TokenizedDocument:
     if isinstance(record, TokenizedDocument):
         return record
-    tokens = record.fields.get(TOKENS_FIELD)
+    tokens = record.fields.get(TOKENS_FIELD) if isinstance(record, CleanRecord) else None
     if not isinstance(tokens, np.ndarray):
         raise TypeError(f"sample {record.key!r}: a token shard takes a {TOKENS_FIELD!r} field holding a numpy array "
                         f"(got {type(tokens).__name__}; fields {sorted(record.fields)})")
@@ -83,40 +82,26 @@ def _as_dtype(doc: TokenizedDocument, dtype: np.dtype) -> np.ndarray:
 
 
 @dataclass
-class _OpenShard:
+class _OpenShard(OpenShardFile):
     """A shard being written: the .bin under its temporary name, the documents' lengths so far."""
 
-    name: str
-    final: Path
-    tmp: Path
-    fileobj: BinaryIO
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
     lengths: array = field(default_factory=lambda: array("q"))
-    position: int = 0  # bytes of the .bin written so far
-    written_back: int = 0
 
     @property
-    def num_documents(self) -> int:
+    def num_samples(self) -> int:
         return len(self.lengths)
 
     @property
     def closed_bytes(self) -> int:
         """The .bin and .idx together, were the shard closed now."""
-        return self.position + _EMPTY_INDEX_BYTES + INDEX_BYTES_PER_DOCUMENT * self.num_documents
+        return self.position + _EMPTY_INDEX_BYTES + INDEX_BYTES_PER_DOCUMENT * self.num_samples
 
     def add(self, tokens: np.ndarray) -> None:
-        data = tokens.tobytes()
-        self.fileobj.write(data)
-        self.digest.update(data)
-        self.position += len(data)
+        self.put(tokens.tobytes())
         self.lengths.append(int(tokens.shape[0]))
-        if self.position - self.written_back >= WRITEBACK_BYTES:
-            self.fileobj.flush()
-            start_writeback(self.fileobj.fileno(), self.written_back, self.position - self.written_back)
-            self.written_back = self.position
 
 
-class TokenShardWriter(WriterLifecycle):
+class TokenShardWriter(RollingShardWriter[_OpenShard]):
     """Writes tokenized documents into Megatron-Core ``IndexedDataset`` shards (``.bin`` + ``.idx``).
 
     ``write`` takes a ``TokenizedDocument`` or a ``CleanRecord`` whose ``"tokens"`` field is a
@@ -141,74 +126,28 @@ class TokenShardWriter(WriterLifecycle):
             raise ValueError(f"'dtype' must be an integer dtype Megatron knows (got {shard_dtype}; usually "
                              "dataprep.token_shards.token_dtype(vocab_size))")
         self._dtype = shard_dtype
-        self._limits = ShardLimits(max_shard_bytes, max_samples_per_shard)
-        self._naming = ShardNaming(Path(out_dir), prefix, BIN_SUFFIX, start_shard)
-        self._next_shard = start_shard
-        self._open: _OpenShard | None = None
-        self._done: list[ShardInfo] = []
-        self._is_finished = False
+        super().__init__(out_dir, suffix=BIN_SUFFIX, prefix=prefix, max_shard_bytes=max_shard_bytes,
+                         max_samples_per_shard=max_samples_per_shard, start_shard=start_shard)
 
     @property
     def dtype(self) -> np.dtype:
         return self._dtype
 
-    @property
-    def shards(self) -> tuple[ShardInfo, ...]:
-        """Every shard completed so far, in order."""
-        return tuple(self._done)
+    def write(self, record: CleanRecord | EncodedSample | TokenizedDocument) -> list[ShardInfo]:
+        """Add one document; returns the shard this call completed, if any (both files already final).
 
-    def write(self, record: CleanRecord | TokenizedDocument) -> list[ShardInfo]:
-        """Add one document; returns the shard this call completed, if any (both files already final)."""
-        if self._is_finished:
-            raise ValueError("write() on a TokenShardWriter that was closed or aborted")
+        An ``EncodedSample`` (a sample serialised for a tar shard) is a ``TypeError``.
+        """
+        self._check_writable()
         doc = _document_of(record)
         tokens = _as_dtype(doc, self._dtype)
-        closed: list[ShardInfo] = []
-        shard = self._open
-        if shard is not None and self._limits.is_overflow(
-                shard.closed_bytes, shard.num_documents, tokens.nbytes + INDEX_BYTES_PER_DOCUMENT):
-            closed.append(self._finish_open())
-        shard = self._open or self._start_shard()
-        try:
-            shard.add(tokens)
-        except OSError as err:
-            # The .bin now ends in part of a document: nothing more can go into it.
-            err.add_note(f"while writing sample {doc.key!r} to {shard.tmp}")
-            self.abort()
-            raise
-        if self._limits.is_full(shard.num_documents):
-            closed.append(self._finish_open())
-        return closed
+        return self._put(doc.key, tokens.nbytes + INDEX_BYTES_PER_DOCUMENT, lambda shard: shard.add(tokens))
 
-    def abort(self) -> None:
-        """Close and remove the temporary files of the open shard; completed shards stay."""
-        self._is_finished = True
-        shard, self._open = self._open, None
-        if shard is not None:
-            shard.fileobj.close()
-            remove_quietly(shard.tmp)
-            remove_quietly(tmp_path_for(index_path_for(shard.final)))
+    def _new_shard(self, final: Path, tmp: Path, fileobj: BinaryIO) -> _OpenShard:
+        return _OpenShard(final.name, final, tmp, fileobj)
 
-    def _start_shard(self) -> _OpenShard:
-        final = self._naming.path(self._next_shard)
-        tmp = tmp_path_for(final)
-        self._open = _OpenShard(final.name, final, tmp, open(tmp, "wb"))  # noqa: SIM115 (lives as long as the shard)
-        self._next_shard += 1
-        return self._open
-
-    def _finish_open(self) -> ShardInfo:
-        shard = self._open
-        if shard is None:
-            raise RuntimeError("no open shard to finish")  # internal invariant, not user input
-        try:
-            info = self._commit(shard)
-        except OSError as err:
-            err.add_note(f"while completing shard {shard.final}")
-            self.abort()
-            raise
-        self._open = None
-        self._done.append(info)
-        return info
+    def _remove_temporaries(self, shard: _OpenShard) -> None:
+        remove_quietly(tmp_path_for(index_path_for(shard.final)))
 
     def _commit(self, shard: _OpenShard) -> ShardInfo:
         """fsync both files under their temporary names, then rename the .bin, then the .idx."""
@@ -230,7 +169,7 @@ class TokenShardWriter(WriterLifecycle):
             remove_quietly(shard.final)  # without its .idx the .bin must not stay under its final name
             raise
         fsync_dir(index_final.parent)
-        return ShardInfo(name=shard.name, num_samples=shard.num_documents, bytes=shard.position,
+        return ShardInfo(name=shard.name, num_samples=shard.num_samples, bytes=shard.position,
                          sha256=shard.digest.hexdigest(), index=index_final.name,
                          num_tokens=int(lengths.sum(dtype=np.int64)),
                          index_sha256=hashlib.sha256(index).hexdigest())

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from dataprep.cli import main
 from dataprep.synthetic import SyntheticReport, SyntheticSpec, make_dataset
 from dataprep.tokenizer import Tokenizer, load_tokenizer
+from tests.dataprep.helpers import Result
 from tests.dataprep.token_samples import trained_bpe
 
 
@@ -38,3 +41,19 @@ def bpe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bpe(bpe_path: Path) -> Tokenizer:
     """``bpe_path`` loaded as dataprep loads a tokenizer."""
     return load_tokenizer(bpe_path)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """``cli("shard", raw, out, ...)`` -> Result; a traceback (uncaught exception) fails the test as is."""
+
+    def run(*args: object) -> Result:
+        capsys.readouterr()
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as err:  # argparse usage errors
+            rc = err.code if isinstance(err.code, int) else 2
+        captured = capsys.readouterr()
+        return Result(int(rc), captured.out, captured.err)
+
+    return run

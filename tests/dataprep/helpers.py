@@ -405,7 +405,7 @@ def verify_ok(cli: Callable[..., Result], out: Path) -> bool:
 def shards_at_least(out: Path, n: int) -> Callable[[], bool]:
     def ready() -> bool:
         try:
-            return sum(1 for p in out.iterdir() if p.suffix in (".tar", ".parquet")) >= n
+            return sum(1 for p in out.iterdir() if p.suffix in (".tar", ".parquet", ".bin")) >= n
         except FileNotFoundError:
             return False
     return ready

@@ -307,3 +307,22 @@ def test_a_child_forked_after_the_library_pool_ran_does_not_deadlock(bpe_path: P
     assert parent[:2] == ["parent", "true"] and int(parent[2]) >= 1  # the pool's threads
     assert child == ["child", "false", "True"]
     assert "adds its own threads" in done.stderr
+
+
+UNPICKLE_SCRIPT = textwrap.dedent("""
+    import os, pickle, sys
+    tokenizer = pickle.loads(sys.stdin.buffer.read())  # as a Ray worker receives it: load_tokenizer never ran here
+    texts = ["hello world, this is a document " * 40] * 400
+    before = len(os.listdir("/proc/self/task"))
+    ids = [d.tolist() for d in tokenizer.encode_batch(texts)]
+    print(os.environ.get("TOKENIZERS_PARALLELISM"), len(os.listdir("/proc/self/task")) - before, len(ids), flush=True)
+""")
+
+
+def test_a_process_that_unpickles_a_tokenizer_keeps_the_library_threads_off(bpe: Tokenizer) -> None:
+    """A Ray task tokenizes on the one thread it was given, not on the library's pool of all cores."""
+    env = {k: v for k, v in os.environ.items() if k != PARALLELISM_ENV}
+    done = subprocess.run([sys.executable, "-c", UNPICKLE_SCRIPT], cwd=ROOT, env=env, input=pickle.dumps(bpe),
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["false", "0", "400"]

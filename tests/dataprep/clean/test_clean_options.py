@@ -21,8 +21,9 @@ def test_public_api_is_pinned() -> None:
     assert dataprep.clean.__all__ == sorted(dataprep.clean.__all__)
     assert set(dataprep.clean.__all__) == {
         "IMAGE_FIELDS", "ImageFormat", "ImageOptions", "RowError", "TABLE_SUFFIXES", "TableOptions", "TextOptions",
-        "TextUnit", "arrow_schema", "clean_image", "clean_row", "clean_text", "dedup_digest", "dedup_value",
-        "infer_schema", "iter_table_rows", "iter_text_records", "jpeg_structure_problem", "png_structure_problem",
+        "TextUnit", "arrow_schema", "clean_image", "clean_row", "clean_table_text", "clean_text", "dedup_digest",
+        "dedup_value", "infer_schema", "iter_table_rows", "iter_text_records", "jpeg_structure_problem",
+        "png_structure_problem",
         "source_key_stem", "target_size", "text_digest",
     }
 

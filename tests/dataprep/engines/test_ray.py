@@ -126,6 +126,33 @@ def test_ray_writes_the_bytes_of_a_local_run_and_dedups_across_ranges(cluster, t
     assert len(dups) == (99 if case == "text" else 59)
 
 
+TOKEN_CASES = {
+    "text": (_text_with_repeats, ["--text-unit", "line", "--range-size", "300B", "--samples-per-shard", "9"]),
+    "table": (_table_with_repeats, ["--range-size", "1KiB", "--samples-per-shard", "16"]),
+}
+
+
+@pytest.mark.parametrize("case", ["text", "table"])
+def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_path, case):
+    """Each task gets the driver's tokenizer pickled and tokenizes on one thread: the bytes of a local run on
+    two processes and two threads, and Megatron reads them."""
+    from tests.dataprep.token_samples import megatron_documents
+
+    pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    make, options = TOKEN_CASES[case]
+    raw = make(tmp_path / "raw")
+    options = [*options, "--tokenizer", os.fspath(bpe_path)]
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    assert shard_cli(raw, local, *options, "--workers", "2") == 0
+    assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0
+    _assert_same_output(local, on_ray)
+    manifest = read_manifest(on_ray)
+    assert manifest.format == "tokens" and len({s.name.split("-")[1] for s in manifest.shards}) >= 4
+    assert len(megatron_documents(on_ray)) == manifest.totals.samples_kept > 0
+    dups = [r for r in read_rejects(on_ray) if r["reason"] == "duplicate"]
+    assert len(dups) == (99 if case == "text" else 0)
+
+
 @pytest.mark.slow
 def test_ray_images_match_local_and_report_progress(cluster, tmp_path):
     from dataprep.cli import build_parser, config_from_args

@@ -28,25 +28,4 @@ accepts either and checks the one that happened completely.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import pytest
-
-from dataprep.cli import main
-from tests.dataprep.helpers import Result
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """``cli("shard", raw, out, ...)`` -> Result; a traceback (uncaught exception) fails the test as is."""
-
-    def run(*args: object) -> Result:
-        capsys.readouterr()
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as err:  # argparse usage errors
-            rc = err.code if isinstance(err.code, int) else 2
-        captured = capsys.readouterr()
-        return Result(int(rc), captured.out, captured.err)
-
-    return run
+# The ``cli`` fixture is tests/dataprep/conftest.py's (the token tests use it too).

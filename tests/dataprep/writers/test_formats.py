@@ -1,21 +1,22 @@
 """Output formats: which one a run writes (``choose_format``), its writer (``open_writer``), the manifest's
-schema; the same raw data in tar and in Parquet shards."""
+schema; the same raw data in tar and in Parquet shards; token shards chosen by a tokenizer."""
 
 from __future__ import annotations
 
 import io
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
 from dataprep.errors import UsageError
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_WDS, ShardInfo, read_manifest
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, ShardInfo, read_manifest
 from dataprep.records import CleanRecord
 from dataprep.sources import Layout
-from dataprep.writers import (ParquetShardWriter, TarShardWriter, WriterOptions, choose_format, encode_sample,
-                              manifest_schema, open_writer)
+from dataprep.writers import (ParquetShardWriter, TarShardWriter, TokenShardWriter, WriterOptions, choose_format,
+                              encode_sample, manifest_schema, open_writer)
 from tests.dataprep.helpers import image_file, reasons_by_source, shard_cli
 from tests.samples import tar_samples
 
@@ -36,11 +37,36 @@ def test_open_writer_opens_the_format_s_writer_with_the_run_s_limits(tmp_path, f
 
 
 def test_open_writer_refuses_a_format_without_a_writer_and_parquet_without_a_schema(tmp_path):
-    with pytest.raises(UsageError, match="output format 'tokens' has no shard writer"):
-        open_writer("tokens", tmp_path, prefix="p", start_shard=0, options=OPTIONS)
+    with pytest.raises(UsageError, match="output format 'zip' has no shard writer"):
+        open_writer("zip", tmp_path, prefix="p", start_shard=0, options=OPTIONS)
     no_schema = WriterOptions(max_shard_bytes=1 << 20, max_samples_per_shard=None, row_group_bytes=1 << 20)
     with pytest.raises(ValueError, match="parquet_schema"):
         open_writer(FORMAT_PARQUET, tmp_path, prefix="p", start_shard=0, options=no_schema)
+    with pytest.raises(ValueError, match="token_dtype"):
+        open_writer(FORMAT_TOKENS, tmp_path, prefix="p", start_shard=0, options=no_schema)
+
+
+def test_open_writer_opens_token_shards_of_the_tokenizer_s_dtype(tmp_path):
+    options = WriterOptions(max_shard_bytes=None, max_samples_per_shard=2, row_group_bytes=1 << 20,
+                            token_dtype=np.dtype(np.int32))
+    with open_writer(FORMAT_TOKENS, tmp_path, prefix="shard-00001", start_shard=0, options=options) as shards:
+        assert isinstance(shards, TokenShardWriter) and shards.dtype == np.int32
+        closed = [info for i in range(3)
+                  for info in shards.write(CleanRecord(f"k{i}", "src", {"tokens": np.arange(i + 1)}))]
+    assert [(info.name, info.index, info.num_tokens) for info in closed] == [
+        ("shard-00001-000000.bin", "shard-00001-000000.idx", 3)]
+    assert manifest_schema(FORMAT_TOKENS, SCHEMA, (), np.dtype(np.int32)) == [{"name": "tokens", "type": "int32"}]
+
+
+@pytest.mark.parametrize("layout", [Layout.TEXT, Layout.TABLE])
+def test_a_tokenizer_chooses_token_shards_of_text_only(layout):
+    assert choose_format("auto", layout, tokenized=True) == choose_format("tokens", layout, tokenized=True) == "tokens"
+    with pytest.raises(UsageError, match="not --format parquet"):
+        choose_format("parquet", layout, tokenized=True)
+    with pytest.raises(UsageError, match="--format tokens needs --tokenizer"):
+        choose_format("tokens", layout)
+    with pytest.raises(UsageError, match="--tokenizer tokenizes text, but RAW is image-folder"):
+        choose_format("auto", Layout.IMAGE_FOLDER, tokenized=True)
 
 
 def test_parquet_writer_refuses_a_sample_encoded_for_tar(tmp_path):

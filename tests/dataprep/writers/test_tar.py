@@ -263,7 +263,7 @@ def test_fast_member_header_is_byte_identical_to_tarfile():
 
 def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from dataprep.writers import tar
+    from dataprep.writers import base  # where the writers' shared skeleton streams a shard to disk
 
     calls: list[tuple[int, int, int]] = []
 
@@ -271,8 +271,8 @@ def test_writeback_of_a_growing_shard_starts_in_contiguous_ranges(tmp_path: Path
         calls.append((fd, offset, nbytes))
         start_writeback(fd, offset, nbytes)  # the real call must accept what the writer passes
 
-    monkeypatch.setattr(tar, "WRITEBACK_BYTES", 64 * 1024)
-    monkeypatch.setattr(tar, "start_writeback", record_and_start)
+    monkeypatch.setattr(base, "WRITEBACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(base, "start_writeback", record_and_start)
     records = make_records(300, max_size=3000)
     (shard,) = write_all(tmp_path, records)
     assert len(calls) >= shard.bytes // (64 * 1024) - 1
