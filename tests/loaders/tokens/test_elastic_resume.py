@@ -191,3 +191,17 @@ def test_batches_handed_over_out_of_order_resume_only_where_they_were_saved(coun
     assert rows[0] == list(range(consumed + 3, consumed + 6)) and rows[1] == list(range(consumed + 15, consumed + 18))
     with pytest.raises(ConfigError, match=r"batches \[5\] were handed over out of order \(in_order=False\) on rank 1"):
         job(counting, 3, 2)[1].load_state_dict(ahead)
+
+
+def test_a_new_run_of_the_resumed_epoch_reads_it_on_its_own_grid(counting: TokenDataset) -> None:
+    """After a resume with another global batch (a shifted grid) and the rest of that epoch, ``set_epoch`` of the
+    same epoch reads it whole, from sequence 0 (the loaded state applied to the run it resumed only)."""
+    state, consumed = _save(counting, (1, 5, 0, "thread"), 7)  # 35 sequences: not a multiple of 4
+    (loader,) = _resumed(counting, (2, 2, 0, "thread"), state)[1:]
+    sequences = SequenceMap(counting, 0)
+    assert [sequences.of(batch)[:1] for batch in loader][:2] == [[consumed + 2], [consumed + 6]]
+    loader.set_epoch(0)
+    iterator = iter(loader)
+    assert [sequences.of(next(iterator)) for _ in range(2)] == [[2, 3], [6, 7]]
+    assert len(loader) == len(counting) // 4 and loader.state_dict()["tokens"]["sequence"] == 8
+    assert loader.order_digest(0, 8) == counting.order_digest(0, 8, 0)

@@ -104,3 +104,20 @@ def test_a_second_iterator_reads_the_epoch_from_its_start_beside_the_first(count
     inner = [sequences.of(batch) for batch in loader]  # detached: the epoch from its start, the outer one untouched
     rest = [sequences.of(batch) for batch in outer]
     assert inner == head + rest == list(grid(0, len(counting), 6))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_pinned_batches_reach_the_gpu_in_their_compact_dtype(counting: TokenDataset, worker_type: str) -> None:
+    """uint16 tokens are copied to the device as uint16 (half the bytes of int32), then cast there (.long())."""
+    expected = list(DataLoader(counting, batch_size=5, num_workers=0, pin_memory=False))
+    pinned = list(DataLoader(counting, batch_size=5, num_workers=2, worker_type=worker_type, pin_memory=True))
+    assert all(batch[k].is_pinned() for batch in pinned for k in batch if k != "max_seqlen")
+    on_gpu = list(DataLoader(counting, batch_size=5, num_workers=2, worker_type=worker_type, device="cuda"))
+    for got, want in zip(on_gpu, expected):
+        assert got["input_ids"].device.type == "cuda" and got["input_ids"].dtype == torch.uint16
+        assert torch.equal(got["input_ids"].long().cpu(), want["input_ids"].long())
+        assert torch.equal(got["cu_seqlens"].cpu(), want["cu_seqlens"]) and got["max_seqlen"] == want["max_seqlen"]
+        embedded = torch.nn.functional.embedding(got["input_ids"].long(), torch.ones(EOS_ID + 1, 2, device="cuda"))
+        assert embedded.shape == (5, SEQ_LEN, 2)
