@@ -50,33 +50,29 @@ def make_token_shards(out: Path, *, documents: int = 2000, seed: int = 0) -> Pat
     return out
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("shards", type=Path, help="dataprep token-shard directory (dataprep shard --tokenizer)")
     parser.add_argument("--demo", action="store_true", help="make SHARDS from the demo text first, if missing")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--steps", type=positive, default=300, help="train until this many steps in all")
-    parser.add_argument("--seq-len", type=positive, default=64, help="tokens per sequence (S)")
-    parser.add_argument("--batch-size", type=positive, default=16, help="sequences per step (B)")
+    parser.add_argument("--steps", type=int, default=300, help="train until this many steps in all")
+    parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (S)")
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per step (B)")
     parser.add_argument("--workers", type=int, default=1, help="thread workers reading sequences")
-    parser.add_argument("--threads", type=positive, help="the model's intra-op threads on the CPU (default: the "
+    parser.add_argument("--threads", type=int, help="the model's intra-op threads on the CPU (default: the "
                                                          "cores the workers leave, at least 1)")
-    parser.add_argument("--dim", type=positive, default=64, help="model width")
-    parser.add_argument("--layers", type=positive, default=2, help="transformer blocks")
-    parser.add_argument("--heads", type=positive, default=4, help="attention heads (must divide --dim)")
+    parser.add_argument("--dim", type=int, default=64, help="model width")
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (must divide --dim)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and of the document order")
-    parser.add_argument("--log-every", type=positive, default=50, help="print every this many steps")
+    parser.add_argument("--log-every", type=int, default=50, help="print every this many steps")
     parser.add_argument("--checkpoint", type=Path, help="where to save model, optimizer and loader state")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint where it stopped")
     args = parser.parse_args(argv)
+    for name in ("steps", "seq_len", "batch_size", "dim", "layers", "heads", "log_every", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer (got {getattr(args, name)})")
     if args.resume and (args.checkpoint is None or not args.checkpoint.is_file()):
         parser.error(f"--resume needs an existing --checkpoint (got {args.checkpoint})")
     if args.dim % args.heads:

@@ -4,17 +4,14 @@ optimizer and loader state."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_lm.py"
+from tests.examples.helpers import load_example, run_example
+
 # A tiny model on 16-token sequences: a few seconds a run; one model thread, so runs compare bit for bit.
 SMALL = ["--seq-len", "16", "--batch-size", "4", "--dim", "16", "--layers", "1", "--heads", "2", "--log-every", "6",
          "--threads", "1", "--device", "cpu"]
@@ -23,25 +20,14 @@ STEP_LINE = re.compile(r"step (\d+)/(\d+): loss (\d+\.\d+)  ([\d,]+) tokens/s  d
                        r"\(epoch 0, batch (\d+) of (\d+)\)")
 
 
-def _load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_lm", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _train(*args: str) -> str:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    assert proc.returncode == 0, f"train_lm.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-    return proc.stdout
+    return run_example("train_lm", *args, timeout_s=RUN_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo shards, small: 120 synthetic documents through dataprep shard --tokenizer."""
-    return _load_example().make_token_shards(tmp_path_factory.mktemp("train-lm") / "tokens", documents=120)
+    return load_example("train_lm").make_token_shards(tmp_path_factory.mktemp("train-lm") / "tokens", documents=120)
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +69,12 @@ def test_resume_mid_epoch_on_other_workers_matches_the_unbroken_run(shards: Path
 
 def test_a_resume_without_a_checkpoint_is_a_usage_error(shards: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        _load_example().main([str(shards), *SMALL, "--resume"])
+        load_example("train_lm").main([str(shards), *SMALL, "--resume"])
     assert exit_info.value.code == 2 and "--resume needs an existing --checkpoint" in capsys.readouterr().err
 
 
 def test_the_model_attends_within_each_document_only() -> None:
-    example = _load_example()
+    example = load_example("train_lm")
     mask = example.document_mask(torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.int32))
     assert mask.shape == (1, 1, 5, 5)
     assert mask[0, 0].int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0],
