@@ -81,7 +81,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     ``num_workers = default_num_workers(Topology.detect())`` (0 for an IterableDataset,
     which only its own code can split between workers); ``pin_memory =
     torch.cuda.is_available()``; ``persistent_workers = num_workers > 0``;
-    ``prefetch_factor = 2`` batches per worker, for threads as for processes.
+    ``prefetch_factor = 2`` batches per worker, for threads as for processes;
+    ``collate_fn``: the dataset's declared ``default_collate_fn`` if it has one (with
+    batching), else ours (torch's batches, collated into pinned memory). Without a
+    sampler, a dataset with a ``batch_source`` method (``loaders.TokenDataset``,
+    ``loaders.Mixture``) supplies the batches' order and the resume state (by global
+    position; ``order_digest``).
 
     worker_type: "auto" (threads when ``dataset.releases_gil`` is true, processes
         otherwise and for iterable datasets), "thread" or "process".

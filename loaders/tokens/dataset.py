@@ -73,8 +73,9 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
 
     # What loaders.DataLoader uses when the user gives no collate_fn (and batch_size is not None).
     default_collate_fn = staticmethod(collate)
-    # Thread workers by default under loaders.DataLoader: an item is a few numpy slices of a
-    # memory map, and thread workers skip pickling items and batches between processes.
+    # Thread workers by default under loaders.DataLoader. Reading an item mostly holds the GIL
+    # (small numpy work on S tokens), but one thread reads 1-2e7 tokens/s and worker processes
+    # were 5-6x slower, pickling every batch out (python -m tools.token_threads; README).
     releases_gil = True
 
     def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, seq_len: int,
