@@ -1,4 +1,4 @@
-"""Token streams whose every token differs, shared by the loader tests: one shuffled dataset, a mixture of three."""
+"""Token streams whose every token differs, shared by the loader tests: one shuffled dataset, mixtures of three."""
 
 from __future__ import annotations
 
@@ -44,3 +44,10 @@ def mixture_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Token
 def three_sources(mixture_sources: dict[str, TokenDataset]) -> Mixture:
     """Three sources weighted 0.5 / 0.3 / 0.2, exhaustion "stop"."""
     return Mixture(mixture_sources, weights=MIXTURE_WEIGHTS)
+
+
+@pytest.fixture(scope="session")
+def cycling_sources(mixture_sources: dict[str, TokenDataset]) -> Mixture:
+    """The same three sources, exhaustion "cycle": "books" (90 sequences) runs out and starts a new pass."""
+    return Mixture(mixture_sources, weights={"web": 0.3, "code": 0.3, "books": 0.4}, exhaustion="cycle",
+                   num_sequences=400)

@@ -41,22 +41,30 @@ def window_key(input_ids: np.ndarray, labels: np.ndarray) -> bytes:
 
 
 class SequenceMap:
-    """Window content -> global sequence of one epoch of ``stream`` (positions ``[start, end)``, under ``segment``)."""
+    """Window content -> global sequence of one epoch of ``stream`` (positions ``[start, end)``, under ``segment``).
+
+    Windows are all different in the counting datasets; a cycling mixture reads a source again in
+    another order, where a window can repeat: such positions are named by the first with their tokens
+    (``of``), and ``expect`` names expected positions the same way.
+    """
 
     def __init__(self, stream: Stream, epoch: int, *, segment: Segment | None = None, start: int = 0) -> None:
         self.epoch = epoch
         self.end = stream.epoch_length(epoch, segment)
         self._of: dict[bytes, int] = {}
+        self._first: dict[int, int] = {}
         for k in range(start, self.end):
             item = stream[StreamIndex(k, epoch, segment)]
-            self._of[window_key(item["input_ids"], item["labels"])] = k
-        if len(self._of) != self.end - start:
-            raise AssertionError(f"windows of epoch {epoch} are not all different: the test data cannot tell them")
+            self._first[k] = self._of.setdefault(window_key(item["input_ids"], item["labels"]), k)
 
     def of(self, batch: dict[str, Any]) -> list[int]:
         """The global sequences of a batch's rows (KeyError: a row that is no sequence of this epoch)."""
         inputs, labels = batch["input_ids"].cpu().numpy(), batch["labels"].cpu().numpy()
         return [self._of[window_key(inputs[i], labels[i])] for i in range(inputs.shape[0])]
+
+    def expect(self, steps: Iterable[list[int]]) -> list[list[int]]:
+        """Expected global batches as ``global_steps`` reports them (sorted, repeated windows by their first)."""
+        return [sorted(self._first[k] for k in step) for step in steps]
 
 
 def rank_streams(stream: Stream, world_size: int) -> list[Stream]:

@@ -44,11 +44,14 @@ CASES: dict[str, tuple[str, Job, int | None, Job]] = {
     "dataset-end-4x2-to-2x3-thread": ("dataset", (4, 2, 0, "thread"), None, (2, 3, 2, "thread")),
     "mixture-end-2x4-thread-to-4x2": ("mixture", (2, 4, 2, "thread"), None, (4, 2, 0, "thread")),
     "dataset-near-the-end-1x6-to-2x5": ("dataset", (1, 6, 0, "thread"), 55, (2, 5, 0, "thread")),
+    "cycle-2x3-to-3x2-process": ("cycle", (2, 3, 0, "thread"), 30, (3, 2, 2, "process")),
+    "cycle-1x4-to-2x3": ("cycle", (1, 4, 2, "thread"), 41, (2, 3, 0, "thread")),
 }
 
 
-def _stream(name: str, counting: TokenDataset, three_sources: Mixture) -> TokenDataset | Mixture:
-    return counting if name == "dataset" else three_sources
+@pytest.fixture
+def streams(counting: TokenDataset, three_sources: Mixture, cycling_sources: Mixture) -> dict[str, Any]:
+    return {"dataset": counting, "mixture": three_sources, "cycle": cycling_sources}
 
 
 def _save(stream: TokenDataset | Mixture, saved: Job, steps: int | None) -> tuple[dict[str, Any], int]:
@@ -59,8 +62,9 @@ def _save(stream: TokenDataset | Mixture, saved: Job, steps: int | None) -> tupl
     n = stream.epoch_length(0)
     count = GlobalGrid(n, batch_size, world_size).num_batches if steps is None else steps
     iterators = [iter(loader) for loader in loaders]
-    head = global_steps(iterators, SequenceMap(stream, 0), count=count)
-    assert head == list(grid(0, n, batch_size * world_size))[:count]
+    sequences = SequenceMap(stream, 0)
+    head = global_steps(iterators, sequences, count=count)
+    assert head == sequences.expect(grid(0, n, batch_size * world_size))[:count]
     state = through_torch_save(loaders[-1].state_dict())
     close(loaders)
     return state, count * batch_size * world_size
@@ -82,17 +86,19 @@ def _check_rest(stream: TokenDataset | Mixture, loaders: list[DataLoader[Any]], 
     """The rest of epoch 0 from ``consumed`` on (when the state was mid-epoch), then epoch 1 in full."""
     n = stream.epoch_length(0)
     if consumed < n and loaders[0].epoch == 0:
-        rest = global_steps(loaders, SequenceMap(stream, 0))
-        assert rest == list(grid(consumed, n, global_batch))
+        sequences = SequenceMap(stream, 0)
+        rest = global_steps(loaders, sequences)
+        assert rest == sequences.expect(grid(consumed, n, global_batch))
         assert n - consumed - len(rest) * global_batch < global_batch  # only the last incomplete global batch
     assert all(loader.epoch == 1 for loader in loaders)
-    assert global_steps(loaders, SequenceMap(stream, 1)) == list(grid(0, stream.epoch_length(1), global_batch))
+    sequences = SequenceMap(stream, 1)
+    assert global_steps(loaders, sequences) == sequences.expect(grid(0, stream.epoch_length(1), global_batch))
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_job_resumes_on_another_topology(counting: TokenDataset, three_sources: Mixture, case: str) -> None:
+def test_a_job_resumes_on_another_topology(streams: dict[str, Any], case: str) -> None:
     name, saved, steps, resumed = CASES[case]
-    stream = _stream(name, counting, three_sources)
+    stream = streams[name]
     state, consumed = _save(stream, saved, steps)
     loaders = _resumed(stream, resumed, state)
     assert {loader.epoch for loader in loaders} == {0 if steps is not None else 1}
@@ -117,9 +123,9 @@ def test_resume_then_set_epoch_as_the_loop_does(counting: TokenDataset, steps: i
 
 
 @pytest.mark.parametrize(("name", "worker_type"), [("dataset", "process"), ("mixture", "thread")])
-def test_a_peek_before_resuming_does_not_move_the_resume(counting: TokenDataset, three_sources: Mixture, name: str,
+def test_a_peek_before_resuming_does_not_move_the_resume(streams: dict[str, Any], name: str,
                                                          worker_type: str) -> None:
-    stream = _stream(name, counting, three_sources)
+    stream = streams[name]
     state, consumed = _save(stream, (2, 3, 0, "thread"), 10)
     loaders = _resumed(stream, (3, 2, 2, worker_type), state, peek=True)
     _check_rest(stream, loaders, consumed, 6)
