@@ -302,7 +302,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         read the same data in the same order; anything skipped or repeated changes it.
 
         For a dataset that brings a batch source with an order digest (``loaders.TokenDataset``,
-        ``loaders.Mixture``, no sampler given); ConfigError otherwise.
+        ``loaders.Mixture``, no sampler given); ConfigError otherwise. IndexError for sequences
+        that a mixture resumed with new weights no longer addresses (those before the resume).
         """
         if check_int("stop", stop) < check_int("start", start):
             raise ConfigError(f"order_digest: 'stop' {stop} precedes 'start' {start}")
