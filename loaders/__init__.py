@@ -1,7 +1,8 @@
 """loaders: shards -> batches on the device, fast and resumable (see loaders/README.md).
 
-Public API: the drop-in ``DataLoader``; datasets over dataprep shards; the sampler and
-topology; CPU decode transforms (``loaders.read.transforms``); device prefetch; batched
+Public API: the drop-in ``DataLoader``; datasets over dataprep shards; token streams for
+language models (``TokenDataset``, ``Mixture``; the rest in ``loaders.tokens``); the sampler
+and topology; CPU decode transforms (``loaders.read.transforms``); device prefetch; batched
 augmentation (``loaders.augment``); and the exception tree (``loaders.errors``).
 """
 
@@ -25,6 +26,7 @@ from loaders.read.order import OrderMode, sample_rng, sample_seed
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.topology import Topology, cpus_available, default_num_workers
 from loaders.read.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
+from loaders.tokens import Mixture, TokenDataset
 
 __all__ = [
     "BatchShapeError",
@@ -36,6 +38,7 @@ __all__ = [
     "DecodeLabel",
     "DevicePrefetcher",
     "LoaderError",
+    "Mixture",
     "OrderMode",
     "ParquetShardDataset",
     "RandomResizedCropDecode",
@@ -45,6 +48,7 @@ __all__ = [
     "ShardError",
     "ShardSampler",
     "SkipBudgetError",
+    "TokenDataset",
     "Topology",
     "UnsendableBatchError",
     "WorkerError",

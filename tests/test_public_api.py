@@ -14,8 +14,9 @@ PUBLIC = {
     ],
     "loaders": [
         "BatchShapeError", "CenterCropDecode", "Compose", "ConfigError", "DataLoader", "DecodeImage", "DecodeLabel",
-        "DevicePrefetcher", "LoaderError", "OrderMode", "ParquetShardDataset", "RandomResizedCropDecode",
-        "SampleError", "SampleIndex", "ShardDataset", "ShardError", "ShardSampler", "SkipBudgetError", "Topology",
+        "DevicePrefetcher", "LoaderError", "Mixture", "OrderMode", "ParquetShardDataset", "RandomResizedCropDecode",
+        "SampleError", "SampleIndex", "ShardDataset", "ShardError", "ShardSampler", "SkipBudgetError", "TokenDataset",
+        "Topology",
         "UnsendableBatchError", "WorkerError", "WorkerLostError", "cpus_available", "default_num_workers",
         "sample_rng", "sample_seed", "to_device",
     ],

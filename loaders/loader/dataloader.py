@@ -35,6 +35,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import BatchSampler, default_convert
 
+from loaders.errors import ConfigError
 from loaders.loader.batch_plan import BatchPlan, own_sampler
 from loaders.loader.batch_source import BatchSource, IterableSource, SourceRequest, length_or_none
 from loaders.loader.collate import default_collate
@@ -62,6 +63,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _default_collate_fn(dataset: Any, *, auto_collation: bool) -> Callable[[Any], Any]:
+    """The collate_fn when the user gives none: with batching, the dataset's declared ``default_collate_fn``
+    (e.g. ``loaders.TokenDataset``'s, which adds ``cu_seqlens``), else ours; without batching torch's
+    ``default_convert``."""
+    if not auto_collation:
+        return default_convert
+    declared = getattr(dataset, "default_collate_fn", None)
+    return declared if callable(declared) else default_collate
+
+
 class DataLoader(torch.utils.data.DataLoader[T]):
     """``torch.utils.data.DataLoader`` (a subclass) with the same arguments, plus keyword-only options.
 
@@ -70,7 +81,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     ``num_workers = default_num_workers(Topology.detect())`` (0 for an IterableDataset,
     which only its own code can split between workers); ``pin_memory =
     torch.cuda.is_available()``; ``persistent_workers = num_workers > 0``;
-    ``prefetch_factor = 2`` batches per worker, for threads as for processes.
+    ``prefetch_factor = 2`` batches per worker, for threads as for processes;
+    ``collate_fn``: the dataset's declared ``default_collate_fn`` if it has one (with
+    batching), else ours (torch's batches, collated into pinned memory). Without a
+    sampler, a dataset with a ``batch_source`` method (``loaders.TokenDataset``,
+    ``loaders.Mixture``) supplies the batches' order and the resume state (by global
+    position; ``order_digest``).
 
     worker_type: "auto" (threads when ``dataset.releases_gil`` is true, processes
         otherwise and for iterable datasets), "thread" or "process".
@@ -118,8 +134,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                          drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
                          prefetch_factor=prefetch_factor, persistent_workers=persistent,
                          pin_memory_device=pin_memory_device, in_order=in_order)
-        if collate_fn is None:  # ours collate straight into pinned memory; same batches as torch's
-            self.collate_fn = default_collate if self._auto_collation else default_convert
+        if collate_fn is None:  # the dataset's declared collate, else ours (into pinned memory; torch's batches)
+            self.collate_fn = _default_collate_fn(dataset, auto_collation=self._auto_collation)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self._settings = LoaderSettings.resolve(self, options, topology, workers_given=num_workers is not None)
         self._shuffle = bool(shuffle)
@@ -135,8 +151,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         settings = self._settings
         if settings.iterable:
             return IterableSource(settings.batch_size)
-        make = getattr(self.dataset, "batch_source", None)
-        if self._own_sampler and callable(make):
+        make = self._dataset_source()
+        if make is not None:
             source: BatchSource = make(SourceRequest(batch_size=self.batch_size, drop_last=self.drop_last,
                                                      shuffle=self._shuffle, seed=settings.seed,
                                                      owner=self._progress))
@@ -151,6 +167,11 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                     self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
         return BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler, batch_size=self.batch_size,
                          position=self._progress)
+
+    def _dataset_source(self) -> Callable[[SourceRequest], BatchSource] | None:
+        """The dataset's ``batch_source`` when the loader uses it (no sampler or batch sampler given)."""
+        make = getattr(self.dataset, "batch_source", None)
+        return make if self._own_sampler and callable(make) else None
 
     # ------------------------------------------------------------ settings, read-only
 
@@ -274,6 +295,28 @@ class DataLoader(torch.utils.data.DataLoader[T]):
 
     # ------------------------------------------------------------ resume state
 
+    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+        """sha256 (hex) of which data the global sequences ``[start, stop)`` of ``epoch`` (default: the epoch
+        being read) hold, as this loader reads them, whatever its topology: (source, epoch, document, offset,
+        length) rows (``loaders.tokens.digest``). Equal digests prove that two runs, or a run and its resume,
+        read the same data in the same order; anything skipped or repeated changes it.
+
+        For a dataset that brings a batch source with an order digest (``loaders.TokenDataset``,
+        ``loaders.Mixture``, no sampler given); ConfigError otherwise. IndexError for sequences
+        that a mixture resumed with new weights no longer addresses (those before the resume).
+        """
+        if check_int("stop", stop) < check_int("start", start):
+            raise ConfigError(f"order_digest: 'stop' {stop} precedes 'start' {start}")
+        if epoch is not None:
+            check_int("epoch", epoch)
+        digest = getattr(self._chain.source, "order_digest", None)
+        if not callable(digest):
+            raise ConfigError(f"order_digest needs a dataset whose batch source knows global sequences (a "
+                              f"TokenDataset or Mixture, with no sampler given); this loader reads "
+                              f"{type(self.dataset).__name__} through {type(self._chain.source).__name__}")
+        result: str = digest(start, stop, epoch)
+        return result
+
     def state_dict(self) -> dict[str, Any]:
         """The resume state: a small nest of plain values, the batch source's under its key (see
         ``loaders.loader.progress``)."""
@@ -296,7 +339,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         """
         source = self._chain.source
         check_state(state, keys=(*LOADER_KEYS, source.key), dataset_len=length_or_none(self.dataset),
-                    seed=self.seed if self._settings.seed_given else None)
+                    seed=self.seed if self._settings.seed_given else None,
+                    check_len=self._dataset_source() is None)
         where = source.resume_point(state)
         self._passes.end()
         if state[KEY_SEED] != self.seed:

@@ -250,11 +250,14 @@ def expect(state: Mapping[str, Any], key: str, value: object) -> None:
                           "resume with the same dataset, batch size and seed")
 
 
-def check_state(state: object, *, keys: Sequence[str], dataset_len: int | None, seed: int | None) -> None:
+def check_state(state: object, *, keys: Sequence[str], dataset_len: int | None, seed: int | None,
+                check_len: bool = True) -> None:
     """ConfigError unless ``state`` is a complete state of this version (with ``keys``) from the same setup.
 
     ``seed`` None: the loader's seed was drawn, not given, so the saved one is adopted instead.
-    The batch source checks the rest (batch size, its own nest) in its ``resume_point``.
+    ``check_len`` False: the batch source identifies the data itself (a dataset's own source,
+    whose length may change legitimately, e.g. a mixture's with new weights). The batch
+    source checks the rest (batch size, its own nest) in its ``resume_point``.
     """
     if not isinstance(state, Mapping):
         raise ConfigError(f"DataLoader state must be a mapping (got {type(state).__name__})")
@@ -274,6 +277,7 @@ def check_state(state: object, *, keys: Sequence[str], dataset_len: int | None, 
     if not counted:
         raise ConfigError(f"DataLoader state {KEY_FAILURES!r} must hold int {KEY_FAILURE_EPOCH!r} and "
                           f"{KEY_SKIPPED!r} (got {failures!r})")
-    expect(state, KEY_DATASET_LEN, dataset_len)
+    if check_len:
+        expect(state, KEY_DATASET_LEN, dataset_len)
     if seed is not None:
         expect(state, KEY_SEED, seed)

@@ -2,7 +2,9 @@
 
 ``TokenDataset`` (item k = packed sequence k of the epoch), ``Mixture`` (weighted sources,
 closed-form schedule), ``collate`` (adds ``cu_seqlens``), ``GridSampler`` and the pure
-distribution helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``).
+distribution helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``); ``StreamIndex``
+(what samplers hand a dataset: sequence, epoch, a resumed mixture's ``Segment``).
+``loaders.DataLoader`` reads both datasets by global position (``loader_source``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
 from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
 from loaders.tokens.mixture import Exhaustion, Mixture
+from loaders.tokens.mixture_state import Segment
 from loaders.tokens.sampler import GridSampler
+from loaders.tokens.stream import StreamIndex
 
 __all__ = [
     "Exhaustion",
@@ -20,6 +24,8 @@ __all__ = [
     "GridSampler",
     "GridStart",
     "Mixture",
+    "Segment",
+    "StreamIndex",
     "TokenDataset",
     "collate",
     "resume_grid",

@@ -1,13 +1,12 @@
-"""Argument checks shared by the token modules: non-negative / positive ints, and an item -> (index, epoch)."""
+"""Argument checks shared by the token modules: non-negative / positive ints (``check_int``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from loaders.errors import ConfigError
-from loaders.read.sampler import SampleIndex
 
-__all__ = ["check_int", "resolve_item"]
+__all__ = ["check_int"]
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -17,11 +16,3 @@ def check_int(name: str, value: object, minimum: int) -> int:
         raise ConfigError(f"{name!r} must be {kind} (got {value!r} that is a {type(value).__name__})")
     return int(value)
 
-
-def resolve_item(item: object, epoch: int) -> tuple[int, int]:
-    """(index, epoch) of a dataset item: a ``SampleIndex`` carries its epoch, a plain int reads ``epoch``."""
-    if isinstance(item, SampleIndex):
-        return int(item.index), int(item.epoch)
-    if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-        return int(item), epoch
-    raise TypeError(f"index must be an int or SampleIndex (got {item!r} that is a {type(item).__name__})")

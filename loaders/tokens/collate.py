@@ -4,8 +4,9 @@ Give it to any DataLoader over a ``TokenDataset`` or ``Mixture``::
 
     torch.utils.data.DataLoader(dataset, batch_size=B, collate_fn=loaders.tokens.collate)
 
-(the dataset's ``collate`` attribute is the same function). Without it, torch's
-``default_collate`` stacks the four fields alike but adds no ``cu_seqlens``.
+(the dataset's ``default_collate_fn`` attribute is the same function, which ``loaders.DataLoader``
+uses by itself when given no ``collate_fn``). Without it, torch's ``default_collate`` stacks the
+four fields alike but adds no ``cu_seqlens``.
 
 The batch, every tensor on the CPU:
 

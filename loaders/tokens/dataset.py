@@ -5,8 +5,13 @@ Pipeline: ``TokenCorpus`` (documents) -> ``epoch_permutation`` (seed, epoch) -> 
 ``seq_len`` or ``seed`` changes only the plan, never the shards.
 
 Epochs: ``dataset[k]`` reads epoch ``dataset.epoch`` (``set_epoch``, default 0);
-``dataset[SampleIndex(k, e)]`` reads epoch ``e`` whatever ``set_epoch`` said, which is how a
-sampler hands the epoch over with each index (worker copies never miss it).
+``dataset[SampleIndex(k, e)]`` (or ``StreamIndex``) reads epoch ``e`` whatever ``set_epoch``
+said, which is how a sampler hands the epoch over with each index (worker copies never miss it).
+
+Resume: ``stream_state(epoch, sequence)`` is what a later job checks the data against
+(``describe()``: documents, tokens, tokenizer and shard digests, seq_len, seed, masking);
+``resume(state)`` refuses, naming what differs, a state of other data. The position itself
+is the loader's (``loaders.tokens.loader_source``), or ``GridSampler(start=)``'s.
 """
 
 from __future__ import annotations
@@ -14,24 +19,33 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
 from loaders.errors import ConfigError
-from loaders.tokens.arguments import check_int, resolve_item
+from loaders.loader.batch_source import SourceRequest
 from loaders.read.sampler import SampleIndex
 from loaders.read.topology import Topology
+from loaders.tokens.arguments import check_int
 from loaders.tokens.collate import collate
 from loaders.tokens.digest import OrderDigest
+from loaders.tokens.distribution import GlobalGrid
+from loaders.tokens.loader_source import TokenSource
+from loaders.tokens.mixture_state import Segment, data_differences
 from loaders.tokens.packing import PackingPlan, Segments
 from loaders.tokens.permutation import epoch_permutation
 from loaders.tokens.reader import TokenCorpus, Tokenizer
+from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields, label_dtype, window_fields
 
-__all__ = ["TokenDataset"]
+__all__ = ["KEY_DATA", "KEY_VERSION", "STATE_VERSION", "TokenDataset"]
+
+STATE_VERSION = 1  # of stream_state()
+KEY_VERSION = "version"
+KEY_DATA = "data"  # describe() of the data it was saved with
 
 _CACHED_PLANS = 2  # the epoch being read and the next (a batch straddling set_epoch)
 _DIGEST_CHUNK = 4096  # sequences per segments() call in order_digest
@@ -45,15 +59,24 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
             every one tokenized alike).
         seq_len: S, tokens per sequence (a window is S+1 tokens: inputs 0..S-1, labels 1..S).
         seed: base seed of the per-epoch document permutation (>= 0).
-        topology: rank and world size for ``sampler``; None = detected when a sampler is made.
+        topology: rank and world size of the global batch grid (``GridSampler``, ``loaders.DataLoader``);
+            None = detected there.
         mask_across_documents: set -100 on every label whose input token is EOS.
 
     ``len()`` is the sequences of one epoch over all ranks, ``num_tokens // (S+1)``; the last
     ``tail_tokens`` (< S+1) tokens of each epoch's stream are not delivered. Items are dicts of
-    numpy arrays (see ``loaders.tokens.window``); batch them with ``collate``.
+    numpy arrays (see ``loaders.tokens.window``); batch them with ``collate``, which
+    ``loaders.DataLoader`` does by itself (``default_collate_fn``) when given no ``collate_fn``.
+    Under ``loaders.DataLoader`` without a sampler, the global batch grid is the loader's
+    (``batch_source``: every rank the same number of batches, an elastic resume).
     """
 
-    collate = staticmethod(collate)
+    # What loaders.DataLoader uses when the user gives no collate_fn (and batch_size is not None).
+    default_collate_fn = staticmethod(collate)
+    # Thread workers by default under loaders.DataLoader. Reading an item mostly holds the GIL
+    # (small numpy work on S tokens), but one thread reads 1-2e7 tokens/s and worker processes
+    # were 5-6x slower, pickling every batch out (python -m tools.token_threads; README).
+    releases_gil = True
 
     def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, seq_len: int,
                  seed: int = 0, topology: Topology | None = None, mask_across_documents: bool = False) -> None:
@@ -94,9 +117,15 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
     def __len__(self) -> int:
         return self.num_sequences
 
-    def epoch_length(self, epoch: int) -> int:
-        """Sequences in ``epoch`` (all ranks): the same in every epoch, ``len(self)``."""
+    def epoch_length(self, epoch: int, segment: Segment | None = None) -> int:
+        """Sequences in ``epoch`` (all ranks): the same in every epoch, ``len(self)`` (no schedule: ``segment``
+        is a ``Mixture``'s)."""
         return self.num_sequences
+
+    def dropped_sequences(self, batch_size: int, world_size: int = 1) -> int:
+        """Sequences of each epoch that no rank reads with a global batch of ``batch_size x world_size``: the
+        epoch's last incomplete global batch (< B W). With ``tail_tokens``, all that an epoch never delivers."""
+        return GlobalGrid(self.num_sequences, batch_size, world_size).dropped
 
     def plan(self, epoch: int) -> PackingPlan:
         """The packing plan of ``epoch`` (built lazily, the last two kept)."""
@@ -113,8 +142,8 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
                 self._plans.move_to_end(epoch)
             return plan
 
-    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
-        index, epoch = resolve_item(item, self.epoch)
+    def _resolve(self, item: int | SampleIndex | StreamIndex) -> tuple[int, int]:
+        index, epoch, _ = resolve_item(item, self.epoch)
         if index < 0:
             index += self.num_sequences
         if not 0 <= index < self.num_sequences:
@@ -134,7 +163,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
             at += length
         return window
 
-    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
+    def __getitem__(self, item: int | SampleIndex | StreamIndex) -> WindowFields:
         index, epoch = self._resolve(item)
         return window_fields(self.window(index, epoch), self.corpus.tokenizer.eos_id,
                              mask_across_documents=self.mask_across_documents)
@@ -145,7 +174,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         source, document = self.corpus.source_of(segments.document)
         return np.stack([source, np.full_like(source, epoch), document, segments.offset, segments.length], axis=1)
 
-    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+    def order_digest(self, start: int, stop: int, epoch: int | None = None, segment: Segment | None = None) -> str:
         """sha256 (hex) of the segments sequences ``[start, stop)`` of ``epoch`` hold (``loaders.tokens.digest``)."""
         epoch = self.epoch if epoch is None else epoch
         digest = OrderDigest()
@@ -157,6 +186,26 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         """Plain values that a resume must find unchanged: the data, seq_len, seed, masking."""
         return {**self.corpus.describe(), "seq_len": self.seq_len, "seed": self.seed,
                 "mask_across_documents": self.mask_across_documents}
+
+    def stream_state(self, epoch: int, sequence: int, segment: Segment | None = None) -> dict[str, Any]:
+        """What a resume checks the data against: ``{"version": 1, "data": describe()}`` (the position is the
+        caller's: ``loaders.tokens.loader_source``)."""
+        return {KEY_VERSION: STATE_VERSION, KEY_DATA: self.describe()}
+
+    def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> None:
+        """Check a ``stream_state``: ConfigError naming what differs (data, seq_len, seed, tokenizer, masking)."""
+        if not isinstance(state, Mapping) or state.get(KEY_VERSION) != STATE_VERSION or KEY_DATA not in state:
+            got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ConfigError(f"not a TokenDataset state of version {STATE_VERSION} (got {got}); hint: a state saved "
+                              "over a Mixture resumes a Mixture")
+        diff = data_differences(state[KEY_DATA], self.describe())
+        if diff:
+            raise ConfigError(f"TokenDataset over {self.corpus.paths[0]}: not the data the state was saved with "
+                              f"({'; '.join(diff)}); hint: a resume needs the same shards, seq_len, seed and tokenizer")
+
+    def batch_source(self, request: SourceRequest) -> TokenSource:
+        """The batch source ``loaders.DataLoader`` reads this dataset with (``loaders.tokens.loader_source``)."""
+        return TokenSource(self, request)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -2,16 +2,18 @@
 
 A global batch is ``B x W`` sequences (``batch_size`` per rank x ``world_size`` ranks) of one
 epoch's stream (a ``TokenDataset``'s packed sequences or a ``Mixture``'s positions). The grid
-starts at an ``origin`` (0 for a fresh epoch; the position of a resume, which may be taken on
-another (B, W)): global batch g holds sequences ``origin + g B W + [0, B W)``, and rank r's
-rows are the contiguous ``origin + g B W + r B + [0, B)``. The epoch's last incomplete global
-batch is dropped, so every rank reads the same number of batches (no DDP hang); the
-undelivered part of an epoch is that remainder (< B W sequences) plus the packing tail.
+starts at an ``origin`` (0 for a fresh epoch): global batch g holds sequences
+``origin + g B W + [0, B W)``, and rank r's rows are the contiguous ``origin + g B W + r B + [0, B)``.
+The epoch's last incomplete global batch is dropped, so every rank reads the same number of
+batches (no DDP hang); the undelivered part of an epoch is that remainder (< B W sequences)
+plus the packing tail.
 
 The global position that survives a change of (B, W) is ``(epoch, sequence)``: sequences
-``[0, sequence)`` of ``epoch`` consumed by all ranks together. With the same B W a resume reads
-exactly the batches the uninterrupted run would have (the grid from the origin coincides with
-the one from 0); with another it continues from the same sequence, nothing lost or repeated.
+``[0, sequence)`` of ``epoch`` consumed by all ranks together. A job of (B, W) resuming there
+reads the grid whose origin is ``sequence mod B W`` from its global batch ``sequence // (B W)``
+on (``resume_grid``): with the same B W that is exactly the uninterrupted run's grid and
+batches (a resumed job's own grid included); with another, the sequences from ``sequence`` on,
+nothing lost or repeated. Batch numbers stay those of a full epoch, shifted by the origin.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ class GlobalGrid:
 
 
 class GridStart(NamedTuple):
-    """Where a job starts reading: ``epoch``, its ``grid`` and the first global ``batch`` of it to read."""
+    """Where a job starts reading: ``epoch``, its ``grid`` and the first global ``batch`` of it to read
+    (``grid.num_batches`` when nothing of the epoch is left)."""
 
     epoch: int
     grid: GlobalGrid
@@ -97,19 +100,17 @@ class GridStart(NamedTuple):
 
 
 def resume_grid(position: GlobalPosition, num_sequences: int, batch_size: int, world_size: int) -> GridStart:
-    """The grid a job of (batch_size, world_size) reads from ``position`` on.
+    """The grid a job of (batch_size, world_size) reads ``position.epoch`` on with, from ``position`` on.
 
-    Aligned (``sequence`` a multiple of B W): the epoch's own grid from origin 0, from batch
-    ``sequence / (B W)``, so batch numbers match the uninterrupted run's. Otherwise a grid whose
-    origin is ``sequence``, from batch 0. When less than one global batch is left, the next
-    epoch from its start.
+    The grid's origin is ``sequence mod B W`` and the first batch ``sequence // (B W)``: aligned
+    positions (a multiple of B W) give the epoch's own grid from origin 0, so batch numbers
+    match the uninterrupted run's. Less than one global batch left: the first batch is
+    ``grid.num_batches`` (nothing more of this epoch; the rest is the epoch's dropped remainder).
     """
-    grid = GlobalGrid(num_sequences, batch_size, world_size)
     check_int("sequence", position.sequence, 0)
     check_int("epoch", position.epoch, 0)
-    if position.sequence + grid.global_batch_size > num_sequences:
-        return GridStart(position.epoch + 1, grid, 0)
-    batch, offset = grid.batch_at(position.sequence)
-    if offset == 0:
-        return GridStart(position.epoch, grid, batch)
-    return GridStart(position.epoch, GlobalGrid(num_sequences, batch_size, world_size, position.sequence), 0)
+    if position.sequence > num_sequences:
+        raise ConfigError(f"global position {position.sequence} is past the epoch's {num_sequences} sequences")
+    global_batch = check_int("batch_size", batch_size, 1) * check_int("world_size", world_size, 1)
+    batch, origin = divmod(position.sequence, global_batch)
+    return GridStart(position.epoch, GlobalGrid(num_sequences, batch_size, world_size, origin), batch)

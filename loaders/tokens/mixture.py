@@ -16,7 +16,7 @@ Epoch length N (``len()``; ``epoch_length(e)``):
 - ``exhaustion="cycle"``: ``num_sequences`` (default: the sources' sequences summed); an
   exhausted source starts its next pass.
 
-State (``state_dict(epoch, position)``, plain values; keys are the module constants)::
+State (``stream_state(epoch, position, segment)``, plain values; keys are the module constants)::
 
     {"version": 1, "epoch": 2, "position": 1500, "exhaustion": "stop", "num_sequences": 4000,
      "weights": {"web": 0.7, "code": 0.3}, "cursors": {"web": 1050, "code": 450},
@@ -24,10 +24,13 @@ State (``state_dict(epoch, position)``, plain values; keys are the module consta
      "sources": {"web": {...TokenDataset.describe()}, "code": {...}}}
 
 ``segment`` is where the current weights took effect (the epoch's start, or a resume that
-changed them). Loading a state built with other weights is allowed: the new weights apply
-from the saved position, each source continuing from its cursor, and the within-one
-property holds counted from there (one log line says so). Other sources, data, seq_len,
-seed or exhaustion are refused, naming what differs.
+changed them). ``resume(state)`` checks a saved state and returns the schedule ``Segment``
+to read on with; it keeps nothing: the segment travels with each index
+(``loaders.tokens.stream.StreamIndex``), so every copy of the mixture (a persistent worker
+process's too) reads the same schedule. A state built with other weights is accepted: the
+new weights apply from the saved position, each source continuing from its cursor, and the
+within-one property holds counted from there (one log line says so). Other sources, data,
+seq_len, seed or exhaustion are refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -35,18 +38,19 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch.utils.data
 
 from loaders.errors import ConfigError
+from loaders.loader.batch_source import SourceRequest
 from loaders.read.sampler import SampleIndex
 from loaders.read.topology import Topology
-from loaders.tokens.arguments import check_int, resolve_item
+from loaders.tokens.arguments import check_int
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
 from loaders.tokens.digest import OrderDigest
+from loaders.tokens.loader_source import TokenSource
 from loaders.tokens.mixture_state import (
     KEY_CURSORS,
     KEY_EPOCH,
@@ -58,15 +62,18 @@ from loaders.tokens.mixture_state import (
     KEY_VERSION,
     KEY_WEIGHTS,
     STATE_VERSION,
+    Segment,
     read_state,
 )
 from loaders.tokens.schedule import ScheduleIndex, Shares
+from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields
 
 __all__ = ["Exhaustion", "Mixture"]
 
 logger = logging.getLogger(__name__)
 
+_CACHED_INDICES = 4  # schedule indices kept per process (the segments being read)
 
 
 class Exhaustion(enum.StrEnum):
@@ -74,18 +81,6 @@ class Exhaustion(enum.StrEnum):
 
     STOP = "stop"
     CYCLE = "cycle"
-
-
-@dataclass(frozen=True)
-class _Segment:
-    """Where ``shares`` took effect in ``epoch`` (``start``, ``base`` cursors); a known point (``at``, ``cursors``)."""
-
-    epoch: int
-    start: int
-    base: tuple[int, ...]
-    shares: Shares
-    at: int
-    cursors: tuple[int, ...]
 
 
 def _same_sources(sources: Mapping[str, TokenDataset]) -> None:
@@ -112,10 +107,16 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         weights: name -> weight >= 0 (normalised; counts tokens).
         exhaustion: "stop" or "cycle".
         num_sequences: the epoch length for "cycle" (default: the sources' lengths summed).
-        topology: rank and world size for ``sampler``; None = detected when a sampler is made.
+        topology: rank and world size of the global batch grid (``GridSampler``, ``loaders.DataLoader``);
+            None = detected there. The sources' own topologies are not used.
+
+    Items are read as the sources' items (numpy, see ``loaders.tokens.window``); under
+    ``loaders.DataLoader`` batches are collated by ``loaders.tokens.collate`` (``default_collate_fn``)
+    and read by thread workers (``releases_gil``), as for a ``TokenDataset``.
     """
 
-    collate = staticmethod(collate)
+    default_collate_fn = staticmethod(collate)
+    releases_gil = TokenDataset.releases_gil
 
     def __init__(self, sources: Mapping[str, TokenDataset], *, weights: Mapping[str, float],
                  exhaustion: Exhaustion | str = Exhaustion.STOP, num_sequences: int | None = None,
@@ -139,8 +140,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         self.lengths = tuple(len(sources[name]) for name in self.names)
         self.num_sequences = self._cycle_length(num_sequences)
         self.epoch = 0
-        self._segment: _Segment | None = None
-        self._indices: dict[tuple[int, int, int], ScheduleIndex] = {}
+        self._indices: dict[tuple[Segment, int], ScheduleIndex] = {}
 
     def _cycle_length(self, num_sequences: int | None) -> int | None:
         if self.exhaustion is Exhaustion.STOP:
@@ -154,124 +154,143 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
 
     # ------------------------------------------------------------------ the schedule
 
-    def _stop_length(self, start: int, base: tuple[int, ...], shares: Shares) -> int:
-        """Positions from ``start`` on until a source would pass its end: min_i floor(left_i / w_i)."""
-        room = [(length - b) * shares.total // a for length, b, a in zip(self.lengths, base, shares.numerators) if a]
-        return start + min(room)
+    def segment(self, epoch: int, segment: Segment | None = None) -> Segment:
+        """The schedule segment ``epoch`` is read under: ``segment`` when it is that epoch's, else the epoch's own
+        (this mixture's weights from its start)."""
+        if segment is not None and segment.epoch == epoch:
+            return segment
+        zeros = (0,) * len(self.names)
+        return Segment(epoch, 0, zeros, self.shares, 0, zeros)
 
-    def epoch_length(self, epoch: int) -> int:
-        """Positions in ``epoch``: N, or for the epoch of a resume that changed the weights, its own end."""
+    def _stop_length(self, segment: Segment) -> int:
+        """Positions from the segment's start on until a source would pass its end: min_i floor(left_i / w_i)."""
+        shares = segment.shares
+        room = [(length - b) * shares.total // a
+                for length, b, a in zip(self.lengths, segment.base, shares.numerators) if a]
+        return segment.start + min(room)
+
+    def epoch_length(self, epoch: int, segment: Segment | None = None) -> int:
+        """Positions in ``epoch``: N, or for a ``stop`` epoch read under a resume's ``segment``, that segment's end."""
         if self.num_sequences is not None:
             return self.num_sequences
-        segment = self._segment if self._segment is not None and self._segment.epoch == epoch else None
-        if segment is None:
-            return self._stop_length(0, (0,) * len(self.names), self.shares)
-        return self._stop_length(segment.start, segment.base, segment.shares)
+        return self._stop_length(self.segment(epoch, segment))
 
     def __len__(self) -> int:
+        """Positions of an epoch under this mixture's weights (``epoch_length``)."""
         return self.epoch_length(self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
+        """The epoch plain int indices read (an index that carries its epoch reads its own)."""
         self.epoch = check_int("epoch", epoch, 0)
 
-    def _index(self, segment: _Segment, origin: int, counts: tuple[int, ...]) -> ScheduleIndex:
-        key = (segment.epoch, segment.start, origin)
+    def _index(self, segment: Segment, origin: int, counts: tuple[int, ...]) -> ScheduleIndex:
+        """The schedule of ``segment`` from a point of it (a per-process cache, rebuilt on demand)."""
+        key = (segment, origin)
         index = self._indices.get(key)
         if index is None:
             relative = tuple(c - b for c, b in zip(counts, segment.base))
             index = ScheduleIndex(segment.shares, origin - segment.start, relative)
-            self._indices = {k: v for k, v in self._indices.items() if k[0] == segment.epoch}
+            if len(self._indices) >= _CACHED_INDICES:
+                self._indices = {}
             self._indices[key] = index
         return index
 
-    def _segment_of(self, epoch: int) -> _Segment:
-        if self._segment is not None and self._segment.epoch == epoch:
-            return self._segment
-        zeros = (0,) * len(self.names)
-        return _Segment(epoch, 0, zeros, self.shares, 0, zeros)
-
-    def _schedule(self, position: int, epoch: int) -> tuple[_Segment, ScheduleIndex, int]:
-        """(segment, index, origin) that reach ``position``: from the known point when at or past it."""
-        segment = self._segment_of(epoch)
+    def _schedule(self, position: int, segment: Segment) -> tuple[ScheduleIndex, int]:
+        """(index, origin) of ``segment`` that reach ``position``: from the known point when at or past it."""
         if position < segment.start:
-            raise IndexError(f"position {position} of epoch {epoch} precedes the resume at {segment.start} that "
-                             "changed the mixture's weights: its schedule is not this mixture's")
+            raise IndexError(f"position {position} of epoch {segment.epoch} precedes the resume at {segment.start} "
+                             "that changed the mixture's weights: its schedule is not this mixture's")
         if position >= segment.at:
-            return segment, self._index(segment, segment.at, segment.cursors), segment.at
-        return segment, self._index(segment, segment.start, segment.base), segment.start
+            return self._index(segment, segment.at, segment.cursors), segment.at
+        return self._index(segment, segment.start, segment.base), segment.start
 
-    def locate(self, position: int, epoch: int) -> tuple[int, int]:
+    def locate(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, int]:
         """(source index, that source's cursor: sequences it gave before) of ``position`` in ``epoch``."""
-        if not 0 <= position < self.epoch_length(epoch):
-            raise IndexError(f"position {position} outside [0, {self.epoch_length(epoch)}) of mixture epoch {epoch}")
-        segment, index, origin = self._schedule(position, epoch)
+        segment = self.segment(epoch, segment)
+        length = self.epoch_length(epoch, segment)
+        if not 0 <= position < length:
+            raise IndexError(f"position {position} outside [0, {length}) of mixture epoch {epoch}")
+        index, origin = self._schedule(position, segment)
         source, count = index.at(position - origin)
         return source, segment.base[source] + count
 
-    def cursors(self, position: int, epoch: int) -> tuple[int, ...]:
+    def cursors(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, ...]:
         """Every source's cursor after positions ``[0, position)`` of ``epoch``."""
-        segment, index, origin = self._schedule(position, epoch)
+        segment = self.segment(epoch, segment)
+        index, origin = self._schedule(position, segment)
         return tuple(b + c for b, c in zip(segment.base, index.counts(position - origin)))
 
-    def source_item(self, position: int, epoch: int) -> tuple[int, SampleIndex]:
+    def source_item(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, SampleIndex]:
         """(source index, the ``SampleIndex`` into that source) that ``position`` of ``epoch`` reads."""
-        source, cursor = self.locate(position, epoch)
+        source, cursor = self.locate(position, epoch, segment)
         passes, index = divmod(cursor, self.lengths[source])
         if self.num_sequences is None:
             return source, SampleIndex(index, epoch)
         stride = -(-self.num_sequences // self.lengths[source])
         return source, SampleIndex(index, epoch * stride + passes)
 
-    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
-        position, epoch = resolve_item(item, self.epoch)
-        source, sample = self.source_item(position, epoch)
+    def __getitem__(self, item: int | SampleIndex | StreamIndex) -> WindowFields:
+        position, epoch, segment = resolve_item(item, self.epoch)
+        source, sample = self.source_item(position, epoch, segment)
         return self.sources[self.names[source]][sample]
 
-    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+    def order_digest(self, start: int, stop: int, epoch: int | None = None, segment: Segment | None = None) -> str:
         """sha256 (hex) of the (source, epoch, document, offset, length) segments of positions ``[start, stop)``."""
         epoch = self.epoch if epoch is None else epoch
         digest = OrderDigest()
         for position in range(start, stop):
-            source, sample = self.source_item(position, epoch)
+            source, sample = self.source_item(position, epoch, segment)
             rows = self.sources[self.names[source]].digest_rows(sample.index, sample.index + 1, sample.epoch)
             rows[:, 0] = source
             digest.update(rows)
         return digest.hexdigest()
 
+    def batch_source(self, request: SourceRequest) -> TokenSource:
+        """The batch source ``loaders.DataLoader`` reads this mixture with (``loaders.tokens.loader_source``)."""
+        return TokenSource(self, request)
+
     # ------------------------------------------------------------------ state
 
-    def state_dict(self, epoch: int, position: int) -> dict[str, Any]:
-        """The state after positions ``[0, position)`` of ``epoch`` were consumed (plain values)."""
-        if not 0 <= position <= self.epoch_length(epoch):
-            raise IndexError(f"position {position} outside [0, {self.epoch_length(epoch)}] of mixture epoch {epoch}")
-        segment = self._segment_of(epoch)
+    def stream_state(self, epoch: int, sequence: int, segment: Segment | None = None) -> dict[str, Any]:
+        """The state after positions ``[0, sequence)`` of ``epoch`` were consumed (plain values)."""
+        segment = self.segment(epoch, segment)
+        length = self.epoch_length(epoch, segment)
+        if not 0 <= sequence <= length:
+            raise IndexError(f"position {sequence} outside [0, {length}] of mixture epoch {epoch}")
         return {
-            KEY_VERSION: STATE_VERSION, KEY_EPOCH: int(epoch), KEY_POSITION: int(position),
+            KEY_VERSION: STATE_VERSION, KEY_EPOCH: int(epoch), KEY_POSITION: int(sequence),
             KEY_EXHAUSTION: self.exhaustion.value, KEY_NUM_SEQUENCES: self.num_sequences,
             KEY_WEIGHTS: dict(self.weights),
-            KEY_CURSORS: dict(zip(self.names, self.cursors(position, epoch))),
+            KEY_CURSORS: dict(zip(self.names, self.cursors(sequence, epoch, segment))),
             KEY_SEGMENT: {KEY_POSITION: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
             KEY_SOURCES: {name: self.sources[name].describe() for name in self.names},
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; ConfigError naming what differs when it cannot be honoured."""
+    def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> Segment:
+        """The schedule segment to continue ``state`` with (its epoch's); ConfigError naming what differs.
+
+        Keeps nothing: hand the segment on with each index (``StreamIndex``) or to
+        ``GridSampler(..., segment=)``. With other weights than the saved ones the segment
+        starts at the saved position, and one INFO line says so (unless ``quiet``).
+        """
         saved = read_state(state, names=self.names, lengths=self.lengths, exhaustion=self.exhaustion.value,
                            num_sequences=self.num_sequences,
                            described={name: self.sources[name].describe() for name in self.names})
         changed = saved.shares != self.shares
         if not changed:
-            segment = _Segment(saved.epoch, saved.start, saved.base, self.shares, saved.position, saved.cursors)
+            segment = Segment(saved.epoch, saved.start, saved.base, self.shares, saved.position, saved.cursors)
         else:
-            segment = _Segment(saved.epoch, saved.position, saved.cursors, self.shares, saved.position, saved.cursors)
-        end = (self.num_sequences if self.num_sequences is not None
-               else self._stop_length(segment.start, segment.base, segment.shares))
+            segment = Segment(saved.epoch, saved.position, saved.cursors, self.shares, saved.position, saved.cursors)
+        end = self.epoch_length(saved.epoch, segment)
         if saved.position > end:
             raise ConfigError(f"mixture state: position {saved.position} is past its epoch's end {end}")
-        if changed:
+        if changed and not quiet:
             logger.info("mixture weights changed at resume: epoch %d from position %d on, %s (was %s); each source "
                         "continues from its cursor %s", saved.epoch, saved.position, self.weights,
                         dict(state[KEY_WEIGHTS]), dict(zip(self.names, saved.cursors)))
-        self._segment = segment
-        self._indices = {}
-        self.epoch = saved.epoch
+        return segment
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_indices"] = {}  # a per-process cache
+        return state

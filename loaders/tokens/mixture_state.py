@@ -1,15 +1,22 @@
-"""A ``Mixture``'s resume state: its keys, and reading a saved one back with every check (``read_state``).
+"""A ``Mixture``'s resume values: the state's keys, the schedule ``Segment``, reading a saved state (``read_state``).
 
 The layout is in ``loaders.tokens.mixture``'s docstring. ``read_state`` refuses, with a
 ConfigError naming what differs, a state whose sources, data (``TokenDataset.describe()``:
 documents, tokens, tokenizer and shard digests, seq_len, seed, masking), exhaustion policy
 or cycle length are not the mixture's; other weights are accepted (the caller starts a new
-schedule segment from the saved position).
+schedule segment from the saved position). ``data_differences`` names what differs between
+two ``describe()`` values (a ``TokenDataset``'s resume uses it too).
+
+A ``Segment`` is what a resume hands to every reader of the mixture: which weights apply
+from which position of an epoch, and a known point of that schedule. It is a value that
+travels with each index (``loaders.tokens.stream.StreamIndex``), never state kept in the
+mixture, so every copy of the dataset (a persistent worker process's too) reads the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from loaders.errors import ConfigError
@@ -17,7 +24,8 @@ from loaders.tokens.schedule import Shares
 
 __all__ = [
     "KEY_CURSORS", "KEY_EPOCH", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_POSITION", "KEY_SEGMENT", "KEY_SOURCES",
-    "KEY_VERSION", "KEY_WEIGHTS", "STATE_KEYS", "STATE_VERSION", "SavedMixture", "read_state",
+    "KEY_VERSION", "KEY_WEIGHTS", "STATE_KEYS", "STATE_VERSION", "SavedMixture", "Segment", "data_differences",
+    "read_state",
 ]
 
 STATE_VERSION = 1
@@ -32,6 +40,27 @@ KEY_SEGMENT = "segment"
 KEY_SOURCES = "sources"
 STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS, KEY_CURSORS,
               KEY_SEGMENT, KEY_SOURCES)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The schedule of part of an epoch: ``shares`` from position ``start`` on (sources' cursors ``base`` there),
+    and a known point of it (position ``at``, cursors ``cursors``) to compute later positions from.
+
+    A fresh epoch's segment is ``(epoch, 0, zeros, the mixture's shares, 0, zeros)``; a resume
+    gives one whose ``start`` is where its weights took effect (the epoch's start, or the
+    resume that changed them) and whose known point is the saved position.
+    """
+
+    epoch: int
+    start: int
+    base: tuple[int, ...]
+    shares: Shares
+    at: int
+    cursors: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        return f"Segment(epoch={self.epoch}, start={self.start}, shares={self.shares.numerators}/{self.shares.total})"
 
 
 class SavedMixture(NamedTuple):
@@ -59,14 +88,19 @@ def _per_source(what: str, values: object, names: tuple[str, ...]) -> tuple[int,
     return tuple(_non_negative(f"{what}[{name!r}]", values[name]) for name in names)
 
 
+def data_differences(saved: object, ours: Mapping[str, Any]) -> list[str]:
+    """``key: saved X, now Y`` for every key of ``ours`` (a ``describe()``) that ``saved`` does not match."""
+    theirs = saved if isinstance(saved, Mapping) else {}
+    return [f"{key}: saved {theirs.get(key)!r}, now {value!r}" for key, value in ours.items()
+            if theirs.get(key) != value]
+
+
 def _check_sources(saved: object, described: Mapping[str, Mapping[str, Any]]) -> None:
     if not isinstance(saved, Mapping) or set(saved) != set(described):
         raise ConfigError(f"mixture state: saved sources {sorted(saved) if isinstance(saved, Mapping) else saved!r}, "
                           f"this mixture has {sorted(described)}; hint: resume with the same sources")
     for name, ours in described.items():
-        theirs = saved[name]
-        diff = [f"{key}: saved {theirs.get(key)!r}, now {value!r}" for key, value in ours.items()
-                if not isinstance(theirs, Mapping) or theirs.get(key) != value]
+        diff = data_differences(saved[name], ours)
         if diff:
             raise ConfigError(f"mixture state: source {name!r} is not the data it was saved with ({'; '.join(diff)}); "
                               "hint: a resume needs the same shards, seq_len, seed and tokenizer")

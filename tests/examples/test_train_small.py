@@ -3,10 +3,7 @@ that ends with the same weights and loader state as the unbroken run."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,8 +12,8 @@ import torch
 
 from dataprep.cli import main as dataprep_main
 from dataprep.synthetic import SyntheticSpec, make_dataset
+from tests.examples.helpers import load_example, run_example
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_small.py"
 # 24 images / batch 8 = 3 batches per epoch; 1 worker thread keeps the 2 shared cores usable.
 COMMON = ["--device", "cpu", "--epochs", "1", "--batch-size", "8", "--image-size", "32", "--workers", "1"]
 RUN_TIMEOUT_S = 120  # a run takes a few seconds; only a hang gets near this
@@ -26,10 +23,7 @@ EPOCH_LINE = re.compile(r"epoch 0: loss (\d+\.\d+)  acc (\d\.\d+)  (\d+\.\d) img
 
 def _train(*args: str) -> str:
     """Run the example; its stdout, after checking it exited 0."""
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
-    assert proc.returncode == 0, f"train_small.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-    return proc.stdout
+    return run_example("train_small", *args, timeout_s=RUN_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +74,7 @@ def test_resume_mid_epoch_matches_the_unbroken_run(shards: Path, unbroken: tuple
 
 
 def _load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_small", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("train_small")
 
 
 def test_resume_without_a_checkpoint_is_a_usage_error(shards: Path, capsys: pytest.CaptureFixture[str]) -> None:

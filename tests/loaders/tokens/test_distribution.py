@@ -45,17 +45,38 @@ def test_resume_on_any_grid_continues_from_the_same_sequence(n: int, b: int, w: 
     position = GlobalPosition(5, grid.position(done))
     epoch, batches = _read(position, n, b2, w2)
     uninterrupted = _read(GlobalPosition(5, 0), n, b, w)[1]
+    assert epoch == 5  # the rest of this epoch, whatever is left of it
     if b2 * w2 == b * w:  # the same global batch: exactly the uninterrupted run's remaining batches
-        assert epoch == 5 or done == grid.num_batches
-        if epoch == 5:
-            assert batches == uninterrupted[done:]
-            assert resume_grid(position, n, b2, w2).batch == done
-    elif epoch == 5:  # another: from the same sequence on, nothing lost or repeated
-        flat = [s for batch in batches for s in batch]
-        assert flat == list(range(position.sequence, position.sequence + len(flat)))
-        assert n - position.sequence - len(flat) < b2 * w2
-    else:
-        assert n - position.sequence < b2 * w2 and batches == _read(GlobalPosition(6, 0), n, b2, w2)[1]
+        assert batches == uninterrupted[done:]
+        assert resume_grid(position, n, b2, w2).batch == done
+    flat = [s for batch in batches for s in batch]  # any global batch: from the same sequence on, nothing lost
+    assert flat == list(range(position.sequence, position.sequence + len(flat)))
+    assert n - position.sequence - len(flat) < b2 * w2  # only the epoch's last incomplete global batch dropped
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=counts, b=batch_sizes, w=world_sizes, b2=batch_sizes, w2=world_sizes, b3=batch_sizes, w3=world_sizes,
+       stops=st.tuples(st.integers(0, 60), st.integers(0, 60)))
+def test_a_resumed_job_resumes_again_on_a_third_grid(n: int, b: int, w: int, b2: int, w2: int, b3: int, w3: int,
+                                                       stops: tuple[int, int]) -> None:
+    """(B, W) -> (B2, W2) -> (B3, W3): the sequences read stay one contiguous run from 0, and back on a global
+    batch of B W after the middle job the grid is the middle job's own (its origin kept)."""
+    first = GlobalGrid(n, b, w)
+    saved = GlobalPosition(0, first.position(min(stops[0], first.num_batches)))
+    _, middle, start = resume_grid(saved, n, b2, w2)
+    again = GlobalPosition(0, middle.position(min(start + stops[1], middle.num_batches)))
+    epoch, batches = _read(again, n, b3, w3)
+    flat = [s for batch in batches for s in batch]
+    assert epoch == 0 and flat == list(range(again.sequence, again.sequence + len(flat)))
+    if b3 * w3 == b2 * w2:
+        assert resume_grid(again, n, b3, w3).grid.origin == middle.origin
+
+
+def test_resume_grid_refuses_a_position_past_the_epoch() -> None:
+    with pytest.raises(ConfigError, match="global position 11 is past the epoch's 10 sequences"):
+        resume_grid(GlobalPosition(0, 11), 10, 2, 2)
+    start = resume_grid(GlobalPosition(0, 9), 10, 2, 2)  # less than one global batch left: nothing of this epoch
+    assert start.batch == start.grid.num_batches == 2 and start.grid.origin == 1
 
 
 def test_arguments_are_checked() -> None:

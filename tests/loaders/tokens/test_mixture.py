@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from loaders.errors import ConfigError
 from loaders.read.sampler import SampleIndex
 from loaders.tokens import Mixture, TokenDataset
-from loaders.tokens.mixture_state import KEY_CURSORS, KEY_POSITION, KEY_SEGMENT
+from loaders.tokens.mixture_state import KEY_CURSORS, KEY_POSITION, KEY_SEGMENT, Segment
 from loaders.tokens.schedule import Shares
 from tests.loaders.tokens.corpus import random_documents, write_tokens
 
@@ -37,8 +37,9 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def _schedule(mixture: Mixture, epoch: int, start: int, stop: int) -> list[tuple[int, SampleIndex]]:
-    return [mixture.source_item(n, epoch) for n in range(start, stop)]
+def _schedule(mixture: Mixture, epoch: int, start: int, stop: int,
+              segment: Segment | None = None) -> list[tuple[int, SampleIndex]]:
+    return [mixture.source_item(n, epoch, segment) for n in range(start, stop)]
 
 
 @settings(max_examples=40, deadline=None)
@@ -109,13 +110,13 @@ def test_resume_with_the_same_weights_reads_the_rest_unchanged(sources: dict[str
     full = Mixture(sources, weights=weights, exhaustion=exhaustion)
     expected = _schedule(full, 3, 0, len(full))
     for stop in (0, 1, 1500 % len(full), len(full) - 1, len(full)):
-        state = _roundtrip(full.state_dict(3, stop))
+        state = _roundtrip(full.stream_state(3, stop))
         resumed = Mixture(sources, weights=weights, exhaustion=exhaustion)
-        resumed.load_state_dict(state)
-        assert resumed.epoch == 3
-        assert _schedule(resumed, 3, stop, len(resumed)) == expected[stop:]
-        assert _schedule(resumed, 3, 0, stop) == expected[:stop]  # the same segment: earlier positions too
-        assert _schedule(resumed, 4, 0, 20) == _schedule(full, 4, 0, 20)
+        segment = resumed.resume(state)
+        assert segment.epoch == 3 and resumed.epoch_length(3, segment) == len(full)
+        assert _schedule(resumed, 3, stop, len(resumed), segment) == expected[stop:]
+        assert _schedule(resumed, 3, 0, stop, segment) == expected[:stop]  # the same segment: earlier positions too
+        assert _schedule(resumed, 4, 0, 20, segment) == _schedule(full, 4, 0, 20)  # another epoch: its own
 
 
 @settings(max_examples=25, deadline=None)
@@ -132,14 +133,15 @@ def test_weight_change_at_resume(sources: dict[str, TokenDataset], old: list[int
     position = int(fraction * len(before))
     cursors = before.cursors(position, 0)
     after = Mixture(sources, weights=dict(zip(names, new)))
-    after.load_state_dict(before.state_dict(0, position))
-    assert len(after) >= position and after.cursors(position, 0) == cursors
+    segment = after.resume(before.stream_state(0, position))
+    end = after.epoch_length(0, segment)
+    assert end >= position and after.cursors(position, 0, segment) == cursors
     changed = Shares.from_weights(old) != Shares.from_weights(new)
     if not changed:
-        assert _schedule(after, 0, position, len(after)) == _schedule(before, 0, position, len(before))
+        assert _schedule(after, 0, position, end, segment) == _schedule(before, 0, position, len(before))
     counts = list(cursors)
     total = sum(new)
-    for n, (source, sample) in enumerate(_schedule(after, 0, position, len(after)), start=1):
+    for n, (source, sample) in enumerate(_schedule(after, 0, position, end, segment), start=1):
         assert sample == SampleIndex(counts[source], 0)  # nothing repeated or skipped within a source
         counts[source] += 1
         for i in range(3 if changed else 0):
@@ -147,21 +149,22 @@ def test_weight_change_at_resume(sources: dict[str, TokenDataset], old: list[int
     assert all(c <= len(sources[name]) for c, name in zip(counts, names))
     if position and changed:
         with pytest.raises(IndexError, match="precedes the resume"):  # the old weights' schedule is not kept
-            after.source_item(position - 1, 0)
+            after.source_item(position - 1, 0, segment)
 
 
 def test_weight_change_is_logged_once(sources: dict[str, TokenDataset], caplog: pytest.LogCaptureFixture) -> None:
-    state = Mixture(sources, weights={"web": 1, "code": 1, "books": 1}).state_dict(0, 30)
+    state = Mixture(sources, weights={"web": 1, "code": 1, "books": 1}).stream_state(0, 30)
     with caplog.at_level(logging.INFO, logger="loaders.tokens.mixture"):
-        Mixture(sources, weights={"web": 1, "code": 1, "books": 1}).load_state_dict(state)
+        Mixture(sources, weights={"web": 1, "code": 1, "books": 1}).resume(state)
+        Mixture(sources, weights={"web": 2, "code": 1, "books": 1}).resume(state, quiet=True)
         assert not caplog.records
-        Mixture(sources, weights={"web": 2, "code": 1, "books": 1}).load_state_dict(state)
+        Mixture(sources, weights={"web": 2, "code": 1, "books": 1}).resume(state)
     assert len(caplog.records) == 1 and "weights changed at resume: epoch 0 from position 30" in caplog.text
 
 
 def test_state_is_plain_and_names_its_parts(sources: dict[str, TokenDataset]) -> None:
     mixture = Mixture(sources, weights={"web": 0.7, "code": 0.2, "books": 0.1}, exhaustion="cycle", num_sequences=99)
-    state = mixture.state_dict(1, 40)
+    state = mixture.stream_state(1, 40)
     assert _roundtrip(state) == state
     assert state["version"] == 1 and state["exhaustion"] == "cycle" and state["num_sequences"] == 99
     assert state["weights"] == {"web": 0.7, "code": 0.2, "books": 0.1}
@@ -172,20 +175,20 @@ def test_state_is_plain_and_names_its_parts(sources: dict[str, TokenDataset]) ->
 
 def test_resume_refuses_other_data_or_policy(sources: dict[str, TokenDataset], tmp_path: Path) -> None:
     weights = {"web": 1, "code": 1, "books": 1}
-    state = Mixture(sources, weights=weights).state_dict(0, 10)
+    state = Mixture(sources, weights=weights).stream_state(0, 10)
     with pytest.raises(ConfigError, match="saved with exhaustion='stop'"):
-        Mixture(sources, weights=weights, exhaustion="cycle").load_state_dict(state)
+        Mixture(sources, weights=weights, exhaustion="cycle").resume(state)
     reseeded = dict(sources, code=TokenDataset(sources["code"].corpus.paths, seq_len=SEQ, seed=77))
     with pytest.raises(ConfigError, match=r"source 'code' is not the data it was saved with \(seed: saved 1, now 77\)"):
-        Mixture(reseeded, weights=weights).load_state_dict(state)
+        Mixture(reseeded, weights=weights).resume(state)
     renamed = {"web": sources["web"], "code": sources["code"], "novels": sources["books"]}
     with pytest.raises(ConfigError, match="saved sources"):
-        Mixture(renamed, weights={"web": 1, "code": 1, "novels": 1}).load_state_dict(state)
+        Mixture(renamed, weights={"web": 1, "code": 1, "novels": 1}).resume(state)
     broken = dict(state, cursors={"web": 0, "code": 0, "books": 0})
     with pytest.raises(ConfigError, match="do not follow from the segment"):
-        Mixture(sources, weights=weights).load_state_dict(broken)
+        Mixture(sources, weights=weights).resume(broken)
     with pytest.raises(ConfigError, match="not a mixture state of version 1"):
-        Mixture(sources, weights=weights).load_state_dict({"version": 1})
+        Mixture(sources, weights=weights).resume({"version": 1})
 
 
 def test_sources_must_agree(sources: dict[str, TokenDataset], tmp_path: Path) -> None:
