@@ -17,8 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import torch.utils.data
 
 from loaders import DataLoader
 from loaders.cache import CacheError, DatasetChangedError
@@ -276,3 +278,30 @@ def test_a_remote_parquet_dataset_reads_the_local_rows_and_opens_without_downloa
     with DataLoader(dataset, batch_size=16, shuffle=True, seed=2, num_workers=2) as remote_loader, \
             DataLoader(local, batch_size=16, shuffle=True, seed=2, num_workers=0) as local_loader:
         assert [b["__key__"] for b in remote_loader] == [b["__key__"] for b in local_loader]
+
+
+def test_a_remote_token_dataset_reads_the_local_windows_from_a_cache_holding_the_corpus(
+        s3_env: str, bucket: str, proxy: FaultProxy, tmp_path: Path) -> None:
+    from loaders.cache import CacheLimitError
+    from loaders.tokens import TokenDataset
+    from tests.loaders.tokens.corpus import random_documents, write_tokens
+
+    folder = write_tokens(tmp_path / "tokens", random_documents(np.random.default_rng(4), 300, mean_len=400),
+                          docs_per_shard=60)
+    url = f"s3://{bucket}/tokens"
+    upload(folder, url)
+    largest = max(p.stat().st_size for p in folder.glob("*.bin"))
+    small = 2 * largest + (300 << 10)  # above the cache's own minimum, below the corpus and the cache's files
+    with pytest.raises(CacheLimitError, match=r"holds the whole corpus: \d+ bytes"):
+        TokenDataset(url, seq_len=64, cache=cache_of(tmp_path / "small", small))
+    proxy.reset_counters()
+    remote = TokenDataset(url, seq_len=64, seed=3, cache=cache_of(tmp_path / "cache"))
+    local = TokenDataset(folder, seq_len=64, seed=3)
+    got = list(torch.utils.data.DataLoader(remote, batch_size=8, num_workers=2, collate_fn=remote.collate))
+    expected = list(torch.utils.data.DataLoader(local, batch_size=8, num_workers=0, collate_fn=local.collate))
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+    for path in folder.glob("shard-*"):  # once per node, the workers' copies included
+        assert proxy.requests(f"tokens/{path.name}") == 1, path.name
