@@ -56,10 +56,13 @@ KEY_VERSION, KEY_POSITIONS = "version", "positions"
 
 @dataclass
 class CacheStats:
-    """What this process did: objects downloaded and their bytes (the server's counters are the node's truth)."""
+    """What this process did: objects downloaded and their bytes (the server's counters are the node's truth);
+    stalls: opens that found their object missing and waited for it (a download), and the seconds they waited."""
 
     downloads: int = 0
     bytes_downloaded: int = 0
+    stalls: int = 0
+    stall_s: float = 0.0
 
 
 class ShardCache:
@@ -139,6 +142,27 @@ class ShardCache:
             self._prefetcher.wake()
         return self._wait_for(entry)
 
+    def cached(self, name: str) -> Lease | None:
+        """A lease on ``name`` if the node has its verified copy now, else None (nothing is downloaded)."""
+        self._check_open()
+        return self._lease(self.catalog.entry(name))
+
+    def discard(self, name: str) -> bool:
+        """Drop ``name``'s cached copy (its reader found it bad: a sidecar the manifest has no sha256 for), so
+        that the next ``open`` downloads it again; False when a reader holds it."""
+        self._check_open()
+        return self.space.discard(self.catalog.entry(name).key)
+
+    @property
+    def planned_epochs(self) -> frozenset[int]:
+        """The epochs this process has planned (and not yet forgotten)."""
+        return frozenset(self._schedule.epochs)
+
+    def node_streams(self) -> set[str]:
+        """The streams some live process of the node reads now (their positions are in the folder)."""
+        self._check_open()
+        return set(self._board.read_all())
+
     def state_dict(self) -> dict[str, Any]:
         """Where this process's readers are: ``{"version": 1, "positions": {stream: [epoch, index]}}``."""
         positions = {s: [p.epoch, p.index] for s, p in sorted(self._board.own().items())}
@@ -204,6 +228,17 @@ class ShardCache:
 
     # -- internals --
     def _wait_for(self, entry: CacheEntry) -> Lease:
+        lease = self._lease(entry)
+        if lease is not None:
+            return lease
+        began = time.monotonic()
+        try:
+            return self._fetch(entry)
+        finally:
+            self.stats.stalls += 1
+            self.stats.stall_s += time.monotonic() - began
+
+    def _fetch(self, entry: CacheEntry) -> Lease:
         since, seen = time.monotonic(), None
         while True:
             lease = self._lease(entry)
@@ -216,6 +251,7 @@ class ShardCache:
                 continue
             if claim.kind is ClaimKind.DONE:
                 continue
+            self._prefetcher.touch()  # a reader waiting is a reader: this process's prefetching goes on
             now = self._observe(entry, size)
             if now != seen:
                 since, seen = time.monotonic(), now

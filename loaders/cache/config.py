@@ -42,6 +42,9 @@ class CacheConfig:
         first, before ``ShardIntegrityError``.
     poll_s: how often a waiting process looks at the folder again (seconds).
     prefetch: download ahead of use from ``plan()`` (False: only on ``open``).
+    prefetch_idle_s: a process's prefetching (its thread, its downloads, its turn as the
+        node's leader) stops once the process has neither planned nor opened anything for
+        this long; its next ``plan`` or ``open`` starts it again (seconds).
     reserve_bytes: part of the limit kept for the cache's own small files (each process's
         positions, locks, the folders' growth); shards use the rest.
     remote: the client's time-outs and retries.
@@ -54,6 +57,7 @@ class CacheConfig:
     max_refetches: int = 2
     poll_s: float = 0.02
     prefetch: bool = True
+    prefetch_idle_s: float = 5.0
     reserve_bytes: int = 256 * 1024
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     limit_bytes: int = field(init=False)
@@ -62,7 +66,7 @@ class CacheConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "limit_bytes", parse_limit(self.cache_limit))
         object.__setattr__(self, "root", Path(os.path.abspath(self.cache_dir)))
-        for name in ("timeout_s", "poll_s"):
+        for name in ("timeout_s", "poll_s", "prefetch_idle_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name!r} must be a positive number (got {value!r})")

@@ -85,6 +85,11 @@ class Space:
             os.replace(tmp, path)
         return True
 
+    def discard(self, key: str) -> bool:
+        """Remove the object ``key`` (found bad by its reader) unless a reader holds it; True when removed."""
+        with held(self.layout.space_lock, timeout_s=self.config.timeout_s, poll_s=self.config.poll_s, what="space"):
+            return self._evict(self.layout.object_path(key))
+
     def _make_room(self, reserve: int, distance: Mapping[str, float], *, need: float, demand: bool) -> bool:
         limit = self.config.limit_bytes - self.config.reserve_bytes  # the rest is for the small files of every process
         if self.layout.usage_bytes() + reserve <= limit:

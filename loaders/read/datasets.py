@@ -1,7 +1,11 @@
-"""Map-style datasets over dataprep output directories.
+"""Map-style datasets over dataprep output directories, local or remote (through the node cache).
 
 ``ShardDataset`` reads tar shards through their index sidecars; ``ParquetShardDataset``
-reads Parquet shards by row group. Both yield samples as dicts::
+reads Parquet shards by row group. A remote URL (``s3://``, ``gs://``, ``az://``), or a
+local folder given with ``cache_dir``, is read through ``loaders.cache`` (the node's
+shard cache): its default order is ``"blocks"`` (see ``_cached_defaults``), batches are read
+holding one lease per shard, and the sampler the loader makes plans the cache's prefetch.
+Both yield samples as dicts::
 
     {"__key__": str, "__index__": int, "__shard__": str,
      "jpg": bytes, "cls": int, "txt": str, "json": dict, ...}
@@ -29,9 +33,15 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from dataprep.remote import is_remote_url
+from dataprep.units import format_bytes
+from loaders.cache import CacheConfig
 from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
+from loaders.read.parquet_meta import row_groups
+from loaders.read.read_plan import ReadPlan, working_set_bytes
 from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
 from loaders.validate import invalid
@@ -99,10 +109,12 @@ def _with_sample_seed(transform: Transform, sample: Sample, seed: int) -> Sample
 
 
 class _Keyed(abc.ABC):
-    """Shared by both datasets: epoch, seed, transform dispatch and the default sampler."""
+    """Shared by both datasets: epoch, seed, transform dispatch, the default sampler and batch reads."""
 
     order: OrderMode
     block_size: int
+    files: ShardFiles
+    shard_starts: np.ndarray  # int64 [num_shards + 1]: each shard's first sample, then the total
 
     def _setup(self, transform: Transform | None, seed: int, order: OrderMode | str, block_size: int,
                topology: Topology | None) -> None:
@@ -118,18 +130,64 @@ class _Keyed(abc.ABC):
         # A transform drawing from the global RNGs is only reproducible if each call reseeds
         # them, which threads cannot do safely: such datasets want process workers.
         self.releases_gil = transform is None or self._transform_takes_rng
+        self._warn_if_the_cache_thrashes()
 
     @abc.abstractmethod
     def __len__(self) -> int:
         """Samples in the dataset (all shards)."""
 
+    @abc.abstractmethod
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
+        """Sample ``item`` (an int, or a ``SampleIndex`` with its epoch)."""
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def default_sampler(self, shuffle: bool, seed: int | None = None, drop_last: bool = False) -> ShardSampler:
-        """A distributed, resumable sampler over this dataset (topology detected unless given)."""
-        return ShardSampler(len(self), shuffle=shuffle, seed=self.seed if seed is None else seed,
-                            mode=self.order, block_size=self.block_size, drop_last=drop_last, topology=self.topology)
+        """A distributed, resumable sampler over this dataset (topology detected unless given).
+
+        Through the node cache, its order also plans the cache: every rank of the node, this epoch and the next.
+        """
+        seed = self.seed if seed is None else seed
+        sampler = ShardSampler(len(self), shuffle=shuffle, seed=seed, mode=self.order, block_size=self.block_size,
+                               drop_last=drop_last, topology=self.topology)
+        plan = ReadPlan(num_samples=len(self), seed=seed, mode=self.order if shuffle else OrderMode.SEQUENTIAL,
+                        block_size=self.block_size, drop_last=drop_last, world_size=sampler.topology.world_size)
+        self.files.set_plan(plan, self.shard_starts, sampler.topology)
+        return sampler
+
+    @property
+    def __getitems__(self) -> Callable[[Sequence[int | SampleIndex]], list[Sample]]:
+        """A batch read at once (only through the node cache: it holds one lease per shard for the batch).
+
+        Local reads keep the per-sample path (and the loader's "at sample i" in messages): the
+        attribute does not exist for them, as ``hasattr`` and torch's fetcher see it.
+        """
+        if not self.files.batched:
+            raise AttributeError(f"{type(self).__name__} over a local folder reads sample by sample")
+        return self._read_batch
+
+    def _read_batch(self, items: Sequence[int | SampleIndex]) -> list[Sample]:
+        epoch = self._resolve(items[0])[1] if len(items) else self.epoch
+        with self.files.batch(epoch):
+            return [self[item] for item in items]
+
+    def close(self) -> None:
+        """Let go of the shards (descriptors; through the cache: its prefetching and this process's positions)."""
+        self.files.close()
+
+    def _warn_if_the_cache_thrashes(self) -> None:
+        if not isinstance(self.files, CachedShardFiles):
+            return
+        shards = self.files.manifest().shards
+        need = working_set_bytes(self.order, self.block_size, [s.num_samples for s in shards],
+                                 [s.bytes for s in shards])
+        limit = self.files.cache.config.limit_bytes
+        if need > limit:
+            warnings.warn(f"{self.files.where}: order={self.order.value!r} (block_size {self.block_size}) reads from "
+                          f"about {format_bytes(need)} of shards at once, more than cache_limit {format_bytes(limit)}: "
+                          "shards will be downloaded again and again. Use order='blocks' with a smaller block_size, "
+                          "or raise cache_limit", stacklevel=3)
 
     def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
         if isinstance(item, SampleIndex):
@@ -153,27 +211,64 @@ class _Keyed(abc.ABC):
                               key=str(sample.get("__key__", "")), index=index) from err
 
 
+def _cached_defaults(files: ShardFiles, order: OrderMode | str | None, block_size: int | None,
+                     local: tuple[OrderMode, int]) -> tuple[OrderMode | str, int]:
+    """The order and block size a dataset reads in when not given: ``local`` for a local folder; through the
+    cache, blocks of one shard's worth of consecutive samples (the median shard's sample count).
+
+    Why blocks: a global permutation reads every shard in every batch, so the cache must hold
+    the whole dataset or download shards again and again; blocks of about one shard keep each
+    rank on one or two shards at a time (the ranks of a node on the same ones, since they split
+    each block), and the cache prefetches the next blocks. The price is mixing: a batch draws
+    from one or two shards (dataprep shuffles samples across shards when it writes them);
+    a larger ``block_size`` mixes more and needs a cache that holds that many shards at once.
+    """
+    if not files.batched:
+        return (local[0] if order is None else order), (local[1] if block_size is None else block_size)
+    counts = sorted(s.num_samples for s in files.manifest().shards)
+    one_shard = max(1, counts[len(counts) // 2]) if counts else 1
+    return (OrderMode.BLOCKS if order is None else order), (one_shard if block_size is None else block_size)
+
+
 class ShardDataset(_Keyed, torch.utils.data.Dataset):
     """Samples of the tar shards written by ``dataprep shard`` (or adopted by ``dataprep index``).
 
     Args:
-        path: the dataprep output directory (manifest.json, shards, index sidecars).
+        path: the dataprep output: a local directory, or a URL (``s3://bucket/prefix``,
+            ``gs://``, ``az://``), read through the node cache.
         fields: fields to read (column projection), e.g. ("jpg", "cls"); None = all.
         transform: ``f(sample)`` or ``f(sample, rng)``; the latter gets per-sample randomness.
         seed: base seed of the order and of per-sample randomness.
         order: "global" (full permutation per epoch), "blocks" (shuffled blocks of
-            ``block_size`` consecutive samples, for slow disks) or "sequential".
+            ``block_size`` consecutive samples, for slow disks and caches) or "sequential".
+            None: "global" for a local folder, "blocks" through the cache.
+        block_size: None: 1024 for a local folder; through the cache, one shard's samples.
         topology: rank and world size; None = detected from torch.distributed / env.
+        cache_dir, cache_limit: the node cache (``loaders.cache``) to read through: a folder
+            on local disk that every rank and worker of the node shares, and its hard size
+            bound (bytes or a size such as "200GiB"). Required for a remote URL; for a local
+            folder (a network filesystem) they make it read through the cache too.
+        cache: a whole ``loaders.cache.CacheConfig`` (time-outs, parallel downloads) instead
+            of ``cache_dir`` and ``cache_limit``.
 
-    Missing or unreadable shards raise ``ShardError`` here, at construction.
+    Missing or unreadable shards raise ``ShardError`` here, at construction (remote shards:
+    when first read; the manifest and the index sidecars are read here).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fields: Sequence[str] | None = None,
-                 transform: Transform | None = None, seed: int = 0, order: OrderMode | str = "global",
-                 block_size: int = 1024, topology: Topology | None = None) -> None:
-        self.shards = TarShardSet(path, fields=fields)
-        self.path = Path(path)
-        self._setup(transform, seed, order, block_size, topology)
+                 transform: Transform | None = None, seed: int = 0, order: OrderMode | str | None = None,
+                 block_size: int | None = None, topology: Topology | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
+                 cache: CacheConfig | None = None) -> None:
+        files = open_shard_files(path, cache_config(path, cache_dir, cache_limit, cache))
+        self.shards = TarShardSet(files, fields=fields)
+        self.path: Path | str = str(path) if is_remote_url(path) else Path(path)
+        self.shard_starts = self.shards.shard_start
+        self._setup(transform, seed, *_cached_defaults(files, order, block_size, (OrderMode.GLOBAL, 1024)), topology)
+
+    @property
+    def files(self) -> ShardFiles:  # type: ignore[override]  # the shard set's: one owner
+        return self.shards.files
 
     @property
     def label_map(self) -> dict[str, int] | None:
@@ -186,7 +281,8 @@ class ShardDataset(_Keyed, torch.utils.data.Dataset):
         index, epoch = self._resolve(item)
         if index < 0:
             index += len(self)
-        raw = self.shards.read(index)
+        with self.files.batch(epoch):
+            raw = self.shards.read(index)
         sample: Sample = {"__key__": self.shards.key(index), "__index__": index,
                           "__shard__": self.shards.shard_name(index)}
         try:
@@ -202,38 +298,31 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
 
     ``columns`` projects (None = all). Rows are read a row group at a time and the last
     row group is cached per thread, so ``order="blocks"`` with blocks of about one row
-    group reads each group once; the default sampler uses that.
+    group reads each group once; the default sampler uses that. ``path`` and the cache
+    arguments as for ``ShardDataset``; the row groups are listed from each shard's footer
+    (a remote shard's last bytes), so opening downloads no shard.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
                  transform: Transform | None = None, seed: int = 0, order: OrderMode | str = "blocks",
-                 block_size: int | None = None, topology: Topology | None = None) -> None:
-        import pyarrow.parquet as pq
+                 block_size: int | None = None, topology: Topology | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
+                 cache: CacheConfig | None = None) -> None:
+        from dataprep.manifest import FORMAT_PARQUET
 
-        from dataprep.errors import FormatError
-        from dataprep.manifest import FORMAT_PARQUET, read_manifest
-
-        self.path = Path(path)
-        try:
-            manifest = read_manifest(self.path)
-        except FormatError as err:
-            raise ShardError(str(err)) from err
+        self.files = open_shard_files(path, cache_config(path, cache_dir, cache_limit, cache))
+        self.path: Path | str = str(path) if is_remote_url(path) else Path(path)
+        manifest = self.files.manifest()
         if manifest.format != FORMAT_PARQUET:
-            raise ShardError(f"{self.path}: holds {manifest.format} shards; use ShardDataset")
+            raise ShardError(f"{self.files.where}: holds {manifest.format} shards; use ShardDataset")
         self.columns = list(columns) if columns is not None else None
-        self.files: list[Path] = []
-        groups: list[tuple[int, int, int]] = []  # (file, row group, rows)
-        for f, info in enumerate(manifest.shards):
-            file = self.path / info.name
-            try:
-                meta = pq.ParquetFile(file).metadata
-            except OSError as err:
-                raise ShardError(f"shard {file} listed in the manifest is missing or unreadable: {err}") from err
-            self.files.append(file)
-            groups += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        self.shard_names = [info.name for info in manifest.shards]
+        per_shard = row_groups(self.files, manifest.shards)
+        groups = [(f, g, rows) for f, counts in enumerate(per_shard) for g, rows in enumerate(counts)]
         self.group_file = np.array([g[0] for g in groups], dtype=np.int32)
         self.group_index = np.array([g[1] for g in groups], dtype=np.int32)
         self.group_start = np.concatenate([[0], np.cumsum([g[2] for g in groups])]).astype(np.int64)
+        self.shard_starts = np.concatenate([[0], np.cumsum([sum(c) for c in per_shard])]).astype(np.int64)
         rows = [g[2] for g in groups]
         self._setup(transform, seed, order, block_size or (int(np.median(rows)) if rows else 1), topology)
         self._local = threading.local()
@@ -247,12 +336,13 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
         cache = getattr(self._local, "cache", None)
         if cache is not None and cache[0] == g:
             return cache[1]
-        file = self.files[int(self.group_file[g])]
+        name = self.shard_names[int(self.group_file[g])]
         try:
-            table = pq.ParquetFile(file).read_row_group(int(self.group_index[g]), columns=self.columns)
+            table = pq.ParquetFile(self.files.local_path(name)).read_row_group(int(self.group_index[g]),
+                                                                               columns=self.columns)
         except OSError as err:
-            raise SampleError(f"{file}: row group {int(self.group_index[g])} unreadable: {err}",
-                              shard=file.name) from err
+            raise SampleError(f"{self.files.describe(name)}: row group {int(self.group_index[g])} unreadable: {err}",
+                              shard=name) from err
         columns = table.to_pydict()
         self._local.cache = (g, columns)
         return columns
@@ -260,13 +350,14 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
     def __getitem__(self, item: int | SampleIndex) -> Sample:
         index, epoch = self._resolve(item)
         if not 0 <= index < len(self):
-            raise IndexError(f"row {index} out of range for {len(self)} rows in {self.path}")
+            raise IndexError(f"row {index} out of range for {len(self)} rows in {self.files.where}")
         g = int(np.searchsorted(self.group_start, index, side="right")) - 1
-        columns = self._group(g)
+        with self.files.batch(epoch):
+            columns = self._group(g)
         row = index - int(self.group_start[g])
         sample: Sample = {name: values[row] for name, values in columns.items()}
         sample["__index__"] = index
-        sample["__shard__"] = self.files[int(self.group_file[g])].name
+        sample["__shard__"] = self.shard_names[int(self.group_file[g])]
         return self._apply(sample, index, epoch)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,25 +1,25 @@
-"""Random access to the samples of a dataprep tar-shard directory.
+"""Random access to the samples of a dataprep tar-shard directory, local or read through the node cache.
 
 ``TarShardSet`` opens the manifest and every index sidecar once and keeps all sample
 metadata in flat numpy arrays (no per-sample Python objects, so forked workers do not
-copy it page by page). A sample is one ``os.pread`` of its byte range, sliced per field.
-File descriptors are opened lazily, per process (re-opened after a fork), and shared
-by threads (pread does not move a file position).
+copy it page by page). A sample is one ``pread`` of its byte range, sliced per field,
+through ``loaders.read.shard_files`` (a local folder's descriptors, or the cache's leases).
+Each sidecar is checked against the manifest (shard name, size, sample count, byte ranges
+inside the shard) before its arrays are used.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from dataprep.errors import FormatError
-from dataprep.index import ShardIndex, read_index
-from dataprep.manifest import FORMAT_WDS, Manifest, read_manifest
+from dataprep.index import ShardIndex
+from dataprep.manifest import FORMAT_WDS, Manifest, ShardInfo
 from loaders.errors import SampleError, ShardError
+from loaders.read.shard_files import LocalShardFiles, ShardFiles
 
 
 class TarShardSet:
@@ -30,15 +30,13 @@ class TarShardSet:
     absent) and ``field_size``, F = len(``fields``).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fields: Sequence[str] | None = None) -> None:
-        self.root = Path(root)
-        try:
-            self.manifest: Manifest = read_manifest(self.root)
-        except FormatError as err:
-            raise ShardError(str(err)) from err
+    def __init__(self, root: str | os.PathLike[str] | ShardFiles, *, fields: Sequence[str] | None = None) -> None:
+        self.files: ShardFiles = LocalShardFiles(root) if isinstance(root, (str, os.PathLike)) else root
+        self.root = self.files.where
+        self.manifest: Manifest = self.files.manifest()
         if self.manifest.format != FORMAT_WDS:
             raise ShardError(f"{self.root}: holds {self.manifest.format} shards; use ParquetShardDataset")
-        indexes = [self._open_index(i) for i in range(len(self.manifest.shards))]
+        indexes = [self._open_index(info) for info in self.manifest.shards]
         all_fields = tuple(sorted({f for ix in indexes for f in ix.fields}))
         if fields is not None:
             missing = sorted(set(fields) - set(all_fields))
@@ -47,26 +45,21 @@ class TarShardSet:
         self.fields: tuple[str, ...] = tuple(fields) if fields is not None else all_fields
         self.shard_names = [s.name for s in self.manifest.shards]
         self._build_arrays(indexes)
-        self._fds: dict[int, int] = {}
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
 
-    def _open_index(self, i: int) -> ShardIndex:
-        info = self.manifest.shards[i]
-        path = self.root / info.name
-        try:
-            size = path.stat().st_size
-        except OSError as err:
-            raise ShardError(f"shard {path} listed in the manifest is missing or unreadable: {err.strerror}") from err
-        if size != info.bytes:
-            raise ShardError(f"shard {path} is {size} bytes, the manifest says {info.bytes} (truncated or replaced?)")
-        try:
-            index = read_index(self.root / (info.index or info.name + ".idx"))
-        except FormatError as err:
-            raise ShardError(str(err)) from err
-        if index.num_samples != info.num_samples:
-            raise ShardError(f"index of {path} lists {index.num_samples} samples, the manifest {info.num_samples}")
-        return index
+    def _open_index(self, info: ShardInfo) -> ShardIndex:
+        self.files.check_shard(info)
+        name = info.index or info.name + ".idx"
+        where = self.files.describe(name)
+
+        def parse(data: bytes) -> ShardIndex:
+            try:
+                index = ShardIndex.from_bytes(data, where=where)
+            except FormatError as err:
+                raise ShardError(str(err)) from err
+            _check_index(index, info, where)
+            return index
+
+        return self.files.read_sidecar(name, parse)
 
     def _build_arrays(self, indexes: list[ShardIndex]) -> None:
         counts = [ix.num_samples for ix in indexes]
@@ -108,9 +101,9 @@ class TarShardSet:
             return {}
         start = int(offsets[present].min())
         end = int((offsets + sizes)[present].max())
-        shard = int(self.shard_of[i])
+        shard = self.shard_names[int(self.shard_of[i])]
         try:
-            data = os.pread(self._fd(shard), end - start, start)
+            data = self.files.pread(shard, end - start, start)
         except OSError as err:
             raise self.sample_error(i, f"read failed: {err.strerror}") from err
         if len(data) != end - start:
@@ -129,42 +122,35 @@ class TarShardSet:
         """A SampleError about sample ``i`` naming its shard, key and byte offset, saying ``what`` went wrong."""
         shard = self.shard_name(i)
         offset = int(self.sample_offset[i])
-        return SampleError(f"{self.root / shard}: sample {self.key(i)!r} at byte {offset}: {what}",
+        return SampleError(f"{self.files.describe(shard)}: sample {self.key(i)!r} at byte {offset}: {what}",
                            shard=shard, key=self.key(i), offset=offset, index=i)
 
-    def _fd(self, shard: int) -> int:
-        if os.getpid() != self._pid:  # forked: descriptors are shared with the parent; reopen
-            self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
-        fd = self._fds.get(shard)
-        if fd is None:
-            with self._lock:
-                fd = self._fds.get(shard)
-                if fd is None:
-                    path = self.root / self.shard_names[shard]
-                    try:
-                        fd = os.open(path, os.O_RDONLY)
-                    except OSError as err:
-                        raise ShardError(f"cannot open shard {path}: {err.strerror}") from err
-                    self._fds[shard] = fd
-        return fd
-
     def close(self) -> None:
-        if os.getpid() == self._pid:
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
-
-    def __getstate__(self) -> dict[str, object]:
-        state = self.__dict__.copy()
-        state["_fds"], state["_lock"] = {}, None
-        return state
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
-        self._pid, self._lock = -1, threading.Lock()
+        self.files.close()
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: nothing useful to report
             pass
+
+
+def _check_index(index: ShardIndex, info: ShardInfo, where: str) -> None:
+    """ShardError unless ``index`` describes ``info``'s shard: its size, its count, every byte range inside it.
+
+    The manifest records no sha256 of a tar's sidecar: these checks are what catches a damaged one.
+    """
+    if index.num_samples != info.num_samples:
+        raise ShardError(f"{where} lists {index.num_samples} samples, the manifest {info.num_samples} for {info.name}")
+    if index.shard_bytes != info.bytes:
+        raise ShardError(f"{where} describes a shard of {index.shard_bytes} bytes, the manifest says {info.name} is "
+                         f"{info.bytes} bytes (a damaged or foreign sidecar)")
+    ends = index.sample_offset + index.sample_size
+    present = index.field_offset >= 0
+    fields_end = np.where(present, index.field_offset + index.field_size, 0)
+    inside = (index.sample_offset >= 0).all() and (index.sample_size >= 0).all() and (ends <= info.bytes).all() \
+        and (index.field_size >= 0).all() and (fields_end <= info.bytes).all() \
+        and (np.diff(index.key_end, prepend=0) >= 0).all() and int(index.key_end[-1:].sum()) <= index.key_blob.size
+    if not inside:
+        raise ShardError(f"{where}: byte ranges outside the {info.bytes} bytes of shard {info.name} "
+                         "(a damaged sidecar)")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from loaders.cache import CacheConfig
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import SourceRequest
 from loaders.read.sampler import SampleIndex
@@ -62,6 +63,9 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         topology: rank and world size of the global batch grid (``GridSampler``, ``loaders.DataLoader``);
             None = detected there.
         mask_across_documents: set -100 on every label whose input token is EOS.
+        cache_dir, cache_limit, cache: the node cache a remote directory (``s3://``, ``gs://``,
+            ``az://``) is read through, as for ``loaders.ShardDataset``; it holds the whole corpus
+            (windows land on random documents of every shard), downloaded before the first batch.
 
     ``len()`` is the sequences of one epoch over all ranks, ``num_tokens // (S+1)``; the last
     ``tail_tokens`` (< S+1) tokens of each epoch's stream are not delivered. Items are dicts of
@@ -79,12 +83,14 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
     releases_gil = True
 
     def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, seq_len: int,
-                 seed: int = 0, topology: Topology | None = None, mask_across_documents: bool = False) -> None:
+                 seed: int = 0, topology: Topology | None = None, mask_across_documents: bool = False,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
+                 cache: CacheConfig | None = None) -> None:
         self.seq_len = check_int("seq_len", seq_len, 1)
         self.seed = check_int("seed", seed, 0)
         self.topology = topology
         self.mask_across_documents = bool(mask_across_documents)
-        self.corpus = TokenCorpus(paths)
+        self.corpus = TokenCorpus(paths, cache_dir=cache_dir, cache_limit=cache_limit, cache=cache)
         window = self.seq_len + 1
         if self.corpus.num_tokens < window:
             raise ConfigError(f"'seq_len' {self.seq_len} needs windows of {window} tokens, but "

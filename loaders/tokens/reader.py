@@ -8,6 +8,8 @@ document as a Python object: ``lengths`` is the int32 [documents] array of the .
 files (a read-only memory map for a single shard, one int32 copy for several), the byte
 offsets stay in the mapped .idx files, and tokens are read as views of the mapped .bin
 files. Maps are opened lazily in each process (a pickled corpus carries paths, not data).
+A directory may be remote (``s3://``, ``gs://``, ``az://``): it is then held whole in the
+node cache (``loaders.tokens.sources``) and its files are the cache's verified copies.
 
 Checked at construction, O(1) per shard (no pass over the data): the manifest's format
 and tokenizer block, the same tokenizer (sha256, EOS id, vocabulary size, dtype) in every
@@ -30,9 +32,12 @@ from typing import Any
 import numpy as np
 
 from dataprep.errors import FormatError
-from dataprep.manifest import FORMAT_TOKENS, Manifest, ShardInfo, read_manifest
+from dataprep.manifest import FORMAT_TOKENS, Manifest, ShardInfo
 from dataprep.token_shards import TokenIndex, read_index
+from loaders.cache import CacheConfig
 from loaders.errors import ConfigError, ShardError
+from loaders.read.shard_files import cache_config
+from loaders.tokens.sources import TokenSource, open_source
 
 __all__ = ["TokenCorpus", "Tokenizer"]
 
@@ -50,7 +55,7 @@ class Tokenizer:
     dtype: np.dtype
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, where: Path) -> Tokenizer:
+    def from_manifest(cls, manifest: Manifest, where: Path | str) -> Tokenizer:
         block = manifest.tokenizer
         if manifest.format != FORMAT_TOKENS or not isinstance(block, dict):
             raise ShardError(f"{where}: format {manifest.format!r}, not token shards (expected format "
@@ -73,16 +78,9 @@ class Tokenizer:
                 if getattr(self, key) != getattr(other, key)]
 
 
-def _open_manifest(path: Path) -> Manifest:
-    try:
-        return read_manifest(path)
-    except FormatError as err:
-        raise ShardError(f"{path}: cannot read the token shards' manifest: {err}") from err
-
-
-def _check_shard(out: Path, shard: ShardInfo, index: TokenIndex, tokenizer: Tokenizer) -> None:
+def _check_shard(source: TokenSource, shard: ShardInfo, index: TokenIndex, tokenizer: Tokenizer) -> None:
     """O(1) consistency of one shard's .idx and .bin with the manifest; ShardError naming the file."""
-    bin_path = out / shard.name
+    bin_path = source.path(shard.name)
     problems = []
     if index.dtype != tokenizer.dtype:
         problems.append(f"dtype {index.dtype} in the .idx, {tokenizer.dtype} in the manifest")
@@ -129,20 +127,24 @@ class TokenCorpus:
     ``read(document, offset, length)``: a read-only view of those tokens in the .bin's dtype.
     """
 
-    def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+    def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
+                 cache: CacheConfig | None = None) -> None:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        self.paths = tuple(Path(p) for p in paths)
-        if not self.paths:
+        if not paths:
             raise ConfigError("'paths' must name at least one token-shard directory (got none)")
-        manifests = [_open_manifest(p) for p in self.paths]
+        self.sources = [open_source(p, cache_config(p, cache_dir, cache_limit, cache)) for p in paths]
+        self.paths: tuple[Path | str, ...] = tuple(s.where if "://" in str(p) else Path(p)
+                                                  for p, s in zip(paths, self.sources))
+        manifests = [s.manifest for s in self.sources]
         self.tokenizer = Tokenizer.from_manifest(manifests[0], self.paths[0])
         for path, manifest in zip(self.paths[1:], manifests[1:]):
             other = Tokenizer.from_manifest(manifest, path)
             if diff := self.tokenizer.differences(other):
                 raise ShardError(f"{self.paths[0]} and {path} were tokenized differently ({'; '.join(diff)}); "
                                  "hint: tokenize every source with the same tokenizer and --eos")
-        self._shards = [(p, s) for p, m in zip(self.paths, manifests) for s in m.shards]
+        self._shards = [(src, s) for src, m in zip(self.sources, manifests) for s in m.shards]
         counts = [s.num_samples for _, s in self._shards]
         self.shard_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         per_source = [sum(s.num_samples for s in m.shards) for m in manifests]
@@ -165,7 +167,7 @@ class TokenCorpus:
     @property
     def bin_paths(self) -> list[Path]:
         """Every shard's .bin, in document order."""
-        return [out / shard.name for out, shard in self._shards]
+        return [source.path(shard.name) for source, shard in self._shards]
 
     @property
     def lengths_mapped(self) -> bool:
@@ -174,15 +176,15 @@ class TokenCorpus:
 
     def _open_indices(self, *, check: bool) -> list[TokenIndex]:
         indices = []
-        for out, shard in self._shards:
+        for source, shard in self._shards:
             if shard.index is None:
-                raise ShardError(f"{out / shard.name}: the manifest names no .idx for this token shard")
+                raise ShardError(f"{source.where}/{shard.name}: the manifest names no .idx for this token shard")
             try:
-                index = read_index(out / shard.index)
+                index = read_index(source.path(shard.index))
             except FormatError as err:
-                raise ShardError(f"{out / shard.index}: unreadable token index: {err}") from err
+                raise ShardError(f"{source.where}/{shard.index}: unreadable token index: {err}") from err
             if check:
-                _check_shard(out, shard, index, self.tokenizer)
+                _check_shard(source, shard, index, self.tokenizer)
             indices.append(index)
         return indices
 
@@ -194,11 +196,12 @@ class TokenCorpus:
     def _bin(self, shard: int) -> np.ndarray:
         data = self._bins[shard]
         if data is None:
-            out, info = self._shards[shard]
+            source, info = self._shards[shard]
             with self._lock:
                 data = self._bins[shard]
                 if data is None:
-                    data = _map_tokens(out / info.name, self.dtype) if info.num_tokens else np.empty(0, self.dtype)
+                    data = _map_tokens(source.path(info.name), self.dtype) if info.num_tokens else \
+                        np.empty(0, self.dtype)
                     self._bins[shard] = data
         return data
 

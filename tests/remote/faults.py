@@ -10,7 +10,8 @@ the S3-compatible server at ``upstream`` (moto), keeping connections alive as S3
 - ``FLIP``      forward, with the body byte at ``after_bytes`` inverted
 - ``STALL``     forward, then send nothing after ``after_bytes`` until ``release_stalls()``
 
-``bandwidth_bytes_s`` caps the response body rate of each connection. Counters per object
+``bandwidth_bytes_s`` caps the response body rate of each connection, ``link_bytes_s`` the
+rate of all of them together (a node's link: what a benchmark caps). Counters per object
 key (the path after the bucket, no query) say what the server was asked and sent:
 ``requests(key, method)``, ``body_bytes(key)``, ``ranges(key)``; ``wait_for_bytes`` blocks
 until a key's body bytes reach a mark (for a kill mid-download, without sleeping).
@@ -98,11 +99,14 @@ class _QuietServer(ThreadingHTTPServer):
 class FaultProxy:
     """The proxy (module docstring). Start with ``start()`` or as a context manager."""
 
-    def __init__(self, upstream: str, *, seed: int = 0, bandwidth_bytes_s: float | None = None) -> None:
+    def __init__(self, upstream: str, *, seed: int = 0, bandwidth_bytes_s: float | None = None,
+                 link_bytes_s: float | None = None) -> None:
         parts = urlsplit(upstream)
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 80
         self.bandwidth_bytes_s = bandwidth_bytes_s
+        self.link_bytes_s = link_bytes_s
+        self._link_free_s = 0.0  # when the shared link can send its next byte (monotonic clock)
         self.faults: list[Fault] = []
         self.stats = _Stats()
         self._rng = random.Random(seed)
@@ -212,6 +216,16 @@ class FaultProxy:
     def stalled(self) -> threading.Event:
         return self._unstall
 
+    def link_delay_s(self, nbytes: int) -> float:
+        """Reserve ``nbytes`` on the shared link; how long the sender waits before they are sent."""
+        rate = self.link_bytes_s
+        if not rate:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            self._link_free_s = max(now, self._link_free_s) + nbytes / rate
+            return self._link_free_s - now
+
 
 class _Handler(BaseHTTPRequestHandler):
     proxy: FaultProxy
@@ -306,6 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
         for offset in range(0, len(payload), _CHUNK):
             chunk = payload[offset : offset + _CHUNK]
+            wait = self.proxy.link_delay_s(len(chunk))
+            if wait > 0:
+                time.sleep(wait)
             self.wfile.write(chunk)
             self.wfile.flush()
             sent += len(chunk)

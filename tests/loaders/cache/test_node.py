@@ -7,11 +7,11 @@ import os
 import random
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from loaders.cache.cursors import CursorBoard
 from loaders.cache.layout import CacheLayout
+from tests.loaders.cache.remote_images import FolderWatch
 from tests.remote.faults import FaultProxy
 from tests.remote.fixtures import RemoteDataset, write_dataset
 
@@ -53,41 +53,6 @@ def test_two_ranks_with_two_worker_processes_fetch_each_shard_once(remote_datase
     assert os.listdir(tmp_path / "cache" / "streams") == []
 
 
-class _FolderWatch:
-    """Measures a folder as often as it can on a thread: the largest total seen, as sizes and as disk blocks."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.max_size = 0
-        self.max_blocks = 0
-        self.samples = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            size = blocks = 0
-            for folder, dirs, files in os.walk(self.root):
-                for name in [*dirs, *files]:
-                    try:
-                        st = os.lstat(os.path.join(folder, name))
-                    except FileNotFoundError:
-                        continue
-                    size += st.st_size
-                    blocks += st.st_blocks * 512
-            self.max_size, self.max_blocks = max(self.max_size, size), max(self.max_blocks, blocks)
-            self.samples += 1
-            self._done.wait(0.001)
-
-    def __enter__(self) -> _FolderWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-
 def test_a_cache_smaller_than_the_data_holds_its_bound_at_every_moment(s3_env: str, bucket: str, proxy: FaultProxy,
                                                                        tmp_path: Path) -> None:
     sizes = [random.Random(i).randrange(100 << 10, 200 << 10) for i in range(12)]
@@ -95,7 +60,7 @@ def test_a_cache_smaller_than_the_data_holds_its_bound_at_every_moment(s3_env: s
     limit = 2 * max(sizes) + (256 << 10) + (200 << 10)  # the minimum plus about one shard: far below the data
     assert limit < sum(sizes) / 2
     cache_dir = tmp_path / "cache"
-    with _FolderWatch(cache_dir) as watch:
+    with FolderWatch(cache_dir) as watch:
         reports = _run_ranks(dataset, cache_dir, limit, tmp_path)
     for report in reports:
         workers = report["workers"]

@@ -1,0 +1,333 @@
+"""Where a dataset's shard bytes come from: a local folder by file descriptor, or the node cache by lease.
+
+``ShardFiles`` is the one interface datasets read through:
+
+- ``manifest()``; ``describe(name)``, an object's path or URL for messages;
+  ``read_sidecar(name, parse)``, a small object read whole and parsed; ``check_shard(info)``;
+- ``pread(name, size, offset)`` and ``local_path(name)``: a shard's bytes, inside
+  ``batch(epoch)``, the span of one batch's reads;
+- ``tail(name, size, nbytes)``: a shard's last bytes (a Parquet footer) without downloading the shard;
+- ``set_plan(plan, shard_starts, topology)``: how every rank's samples are drawn, once the sampler is known.
+
+``LocalShardFiles`` opens descriptors lazily, one per shard and process (reopened after a
+fork), shared by threads (pread moves no file position). ``CachedShardFiles`` reads through
+``loaders.cache.ShardCache``: inside ``batch(epoch)`` each thread holds one lease at a time
+(the shard it reads), released when it moves to another shard and when the batch ends, so a
+worker waiting for its next batch holds nothing and a small cache always makes progress. The
+first batch of an epoch in a process plans that epoch and the next one for every rank of the
+node (``loaders.read.read_plan``), so the cache prefetches across the epoch boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from dataprep.errors import FormatError
+from dataprep.manifest import Manifest, ShardInfo, read_manifest
+from dataprep.remote import RemoteError, is_remote_url
+from loaders.cache import CacheConfig, Lease, ShardCache
+from loaders.errors import ConfigError, ShardError
+from loaders.read.read_plan import ReadPlan, node_ranks, shard_uses, stream_name, stream_rank
+from loaders.read.topology import Topology
+
+__all__ = ["CachedShardFiles", "LocalShardFiles", "ShardFiles", "cache_config", "open_shard_files"]
+
+log = logging.getLogger("loaders.read")
+T = TypeVar("T")
+
+
+class ShardFiles(Protocol):
+    """What a dataset reads its shards through (module docstring)."""
+
+    batched: bool  # reads hold something for the span of a batch: the dataset reads a batch at a time
+
+    @property
+    def where(self) -> str: ...
+    def manifest(self) -> Manifest: ...
+    def describe(self, name: str) -> str: ...
+    def check_shard(self, info: ShardInfo) -> None: ...
+    def read_sidecar(self, name: str, parse: Callable[[bytes], T]) -> T: ...
+    def pread(self, name: str, size: int, offset: int) -> bytes: ...
+    def local_path(self, name: str) -> Path: ...
+    def tail(self, name: str, size: int, nbytes: int) -> bytes: ...
+    def batch(self, epoch: int) -> Any: ...
+    def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None: ...
+    def close(self) -> None: ...
+
+
+def cache_config(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None,
+                 cache_limit: int | str | None, cache: CacheConfig | None) -> CacheConfig | None:
+    """The cache a dataset at ``path`` reads through (None: read the folder directly), from the dataset's
+    arguments: ``cache_dir`` and ``cache_limit`` together, or a whole ``CacheConfig``; a remote URL needs one."""
+    if cache is not None:
+        if cache_dir is not None or cache_limit is not None:
+            raise ConfigError("give either cache= (a CacheConfig) or cache_dir= and cache_limit=, not both")
+        if not isinstance(cache, CacheConfig):
+            raise ConfigError(f"'cache' must be a loaders.cache.CacheConfig or None (got {cache!r})")
+        return cache
+    if cache_dir is None and cache_limit is None:
+        if is_remote_url(path):
+            raise ConfigError(f"{path} is remote: give cache_dir= (a folder on this node's local disk) and "
+                              "cache_limit= (bytes or a size such as '200GiB') to read it through the node cache")
+        return None
+    if cache_dir is None or cache_limit is None:
+        missing = "cache_dir" if cache_dir is None else "cache_limit"
+        raise ConfigError(f"cache_dir and cache_limit go together ({missing} is missing): the cache is a folder "
+                          "with a hard size bound")
+    return CacheConfig(cache_dir, cache_limit)
+
+
+def open_shard_files(path: str | os.PathLike[str], config: CacheConfig | None) -> ShardFiles:
+    """The files of the dataset at ``path``: through the node cache when ``config`` is given, else directly."""
+    if config is None:
+        return LocalShardFiles(path)
+    return CachedShardFiles(ShardCache.open_dataset(path, cache_dir=config.cache_dir, cache_limit=config.cache_limit,
+                                                    **_options(config)))
+
+
+def _options(config: CacheConfig) -> dict[str, Any]:
+    fixed = {"cache_dir", "cache_limit", "limit_bytes", "root"}
+    return {name: getattr(config, name) for name in config.__dataclass_fields__ if name not in fixed}
+
+
+class LocalShardFiles:
+    """The shards of a local folder, read by descriptor (module docstring)."""
+
+    batched = False
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._fds: dict[str, int] = {}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
+    def manifest(self) -> Manifest:
+        try:
+            return read_manifest(self.root)
+        except FormatError as err:
+            raise ShardError(str(err)) from err
+
+    def describe(self, name: str) -> str:
+        return str(self.root / name)
+
+    def check_shard(self, info: ShardInfo) -> None:
+        path = self.root / info.name
+        try:
+            size = path.stat().st_size
+        except OSError as err:
+            raise ShardError(f"shard {path} listed in the manifest is missing or unreadable: {err.strerror}") from err
+        if size != info.bytes:
+            raise ShardError(f"shard {path} is {size} bytes, the manifest says {info.bytes} (truncated or replaced?)")
+
+    def read_sidecar(self, name: str, parse: Callable[[bytes], T]) -> T:
+        try:
+            data = (self.root / name).read_bytes()
+        except OSError as err:
+            raise ShardError(f"{self.root / name}: cannot read it: {err.strerror}") from err
+        return parse(data)
+
+    def pread(self, name: str, size: int, offset: int) -> bytes:
+        return os.pread(self._fd(name), size, offset)
+
+    def local_path(self, name: str) -> Path:
+        return self.root / name
+
+    def tail(self, name: str, size: int, nbytes: int) -> bytes:
+        with open(self.root / name, "rb") as f:
+            return os.pread(f.fileno(), nbytes, size - nbytes)
+
+    @contextmanager
+    def batch(self, epoch: int) -> Iterator[None]:
+        yield
+
+    def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
+        return None  # the page cache needs no plan
+
+    def _fd(self, name: str) -> int:
+        if os.getpid() != self._pid:  # forked: descriptors are shared with the parent; reopen
+            self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
+        fd = self._fds.get(name)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(name)
+                if fd is None:
+                    path = self.root / name
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError as err:
+                        raise ShardError(f"cannot open shard {path}: {err.strerror}") from err
+                    self._fds[name] = fd
+        return fd
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"])  # type: ignore[misc]
+
+
+class _Reader(threading.local):
+    """One thread's reading: how deep in ``batch`` it is, the batch's epoch, the lease it holds."""
+
+    depth = 0
+    epoch = 0
+    lease: Lease | None = None
+
+
+class CachedShardFiles:
+    """The shards of a dataset read through the node cache (module docstring)."""
+
+    batched = True
+
+    def __init__(self, cache: ShardCache) -> None:
+        self.cache = cache
+        self._plan: ReadPlan | None = None
+        self._shard_starts: np.ndarray | None = None
+        self._topology = Topology()
+        self._names = [s.name for s in cache.catalog.manifest.shards]
+        self._dataset = cache.catalog.identity[:12]  # streams of two datasets sharing a folder stay apart
+        self._reader = _Reader()
+        self._plan_lock = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        return self.cache.catalog.url
+
+    def manifest(self) -> Manifest:
+        return self.cache.catalog.manifest
+
+    def describe(self, name: str) -> str:
+        return self.cache.store.url_of(name)
+
+    def check_shard(self, info: ShardInfo) -> None:
+        return None  # a download is checked against the manifest's size and sha256 before anyone reads it
+
+    def read_sidecar(self, name: str, parse: Callable[[bytes], T]) -> T:
+        """Parse ``name``'s cached bytes; a copy that does not parse is dropped and downloaded once more."""
+        for attempt in range(2):
+            with self.cache.open(name) as lease:
+                data = _read_all(lease)
+            try:
+                return parse(data)
+            except ShardError as err:
+                if attempt or not self.cache.discard(name):
+                    err.add_note(f"read through the node cache in {self.cache.config.root}")
+                    raise
+                log.warning("%s: the cached copy does not parse (%s); downloading it again", self.describe(name), err)
+        raise AssertionError("unreachable")
+
+    def pread(self, name: str, size: int, offset: int) -> bytes:
+        return self._hold(name).read(offset, size)
+
+    def local_path(self, name: str) -> Path:
+        return self._hold(name).path
+
+    def tail(self, name: str, size: int, nbytes: int) -> bytes:
+        """The last ``nbytes`` of shard ``name`` (``size`` bytes): from its cached copy, else one ranged read."""
+        lease = self.cache.cached(name)
+        if lease is not None:
+            with lease:
+                return lease.read(size - nbytes, nbytes)
+        try:
+            return b"".join(bytes(c) for c in self.cache.store.iter_range(name, size - nbytes, size))
+        except RemoteError as err:
+            raise ShardError(f"{self.describe(name)}: cannot read its last {nbytes} bytes: {err}") from err
+
+    @contextmanager
+    def batch(self, epoch: int) -> Iterator[None]:
+        """The reads of one batch of ``epoch`` (nested calls join the outer one); the lease ends with it."""
+        reader = self._reader
+        if reader.depth == 0:
+            self._ensure_planned(epoch)
+            reader.epoch = epoch
+        reader.depth += 1
+        try:
+            yield
+        finally:
+            reader.depth -= 1
+            if reader.depth == 0 and reader.lease is not None:
+                lease, reader.lease = reader.lease, None
+                lease.release()
+
+    def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
+        self._plan, self._shard_starts, self._topology = plan, shard_starts, topology
+
+    def close(self) -> None:
+        self.cache.close()
+
+    # -- internals --
+    def _hold(self, name: str) -> Lease:
+        """This thread's lease on ``name``: the one it holds, or (releasing that first) a new one."""
+        reader = self._reader
+        lease = reader.lease
+        if lease is not None and lease.held and lease.name == name:
+            return lease
+        if lease is not None:
+            reader.lease = None
+            lease.release()
+        planned = self._plan is not None and reader.depth > 0
+        stream = stream_name(self._dataset, self._topology.rank) if planned else None
+        lease = self.cache.open(name, stream=stream, epoch=reader.epoch if planned else None)
+        reader.lease = lease
+        return lease
+
+    def _ensure_planned(self, epoch: int) -> None:
+        """Plan ``epoch`` and the next one for every rank of the node, once per process."""
+        if self._plan is None or self._shard_starts is None:
+            return
+        if {epoch, epoch + 1} <= self.cache.planned_epochs:
+            return
+        with self._plan_lock:
+            planned = self.cache.planned_epochs
+            ranks = self._node_ranks()
+            for e in (epoch, epoch + 1):
+                if e not in planned:
+                    uses = shard_uses(self._plan, self._shard_starts, e, ranks)
+                    self.cache.plan(e, {stream_name(self._dataset, r): [self._names[i] for i in shards.tolist()]
+                                        for r, shards in uses.items()})
+
+    def _node_ranks(self) -> list[int]:
+        """The ranks of this node: from the topology, and any rank whose readers use this folder now (ranks
+        launched with RANK and WORLD_SIZE only do not know their neighbours)."""
+        ranks = set(node_ranks(self._topology))
+        for stream in self.cache.node_streams():
+            rank = stream_rank(self._dataset, stream)
+            if rank is not None and rank < self._topology.world_size:
+                ranks.add(rank)
+        return sorted(ranks)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cache": self.cache, "plan": self._plan, "shard_starts": self._shard_starts, "topology": self._topology}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cache"])  # type: ignore[misc]
+        self.set_plan(state["plan"], state["shard_starts"], state["topology"])
+
+
+def _read_all(lease: Lease) -> bytes:
+    chunks, offset = [], 0
+    while offset < lease.size:
+        chunk = lease.read(offset, lease.size - offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
