@@ -33,7 +33,7 @@ from dataprep.listing import Entry, list_raw
 from dataprep.object_store import output_config
 from dataprep.records import RawRecord
 from dataprep.remote import ObjectMeta, RemoteNotFoundError, RemoteStore
-from dataprep.run_plan import FilePart, Unit
+from dataprep.run_plan import FilePart, RunPlan, Unit
 
 MIRROR_THREADS = 8
 
@@ -69,6 +69,20 @@ def mirror_raw(config: ShardConfig) -> None:
     with ThreadPoolExecutor(MIRROR_THREADS, thread_name_prefix="raw-mirror") as pool:
         for _ in pool.map(lambda meta: _download(store, root, meta), stale):
             pass
+
+
+def check_planned_here(config: ShardConfig, plan: RunPlan) -> None:
+    """Refuse to resume a run whose plan names RAW's files in another mirror (``--staging`` changed)."""
+    if config.raw_url is None:
+        return
+    for unit in plan.units(0, len(plan)):
+        paths = _paths(unit)
+        if paths:
+            if not paths[0].startswith(f"{config.raw}/"):
+                planned = paths[0].partition("/dataprep-staging-")[0] or paths[0]
+                raise UsageError(f"this run was planned with RAW {config.raw_url} mirrored under {planned}, not under "
+                                 f"{config.raw.parent.parent}: rerun with the same --staging, or pass --overwrite")
+            return
 
 
 def stage_units(config: ShardConfig, units: Iterable[Unit]) -> None:

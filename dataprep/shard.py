@@ -28,7 +28,7 @@ from dataprep.layouts import LayoutHandler, make_handler, refuse_other_layouts_o
 from dataprep.local_engine import LocalEngine
 from dataprep.outdir import OutputState
 from dataprep.output import make_output
-from dataprep.raw_source import MirroredRaw, mirror_raw
+from dataprep.raw_source import MirroredRaw, check_planned_here, mirror_raw
 from dataprep.report import ProgressLine, Summary
 from dataprep.run_context import RunContext, RunOutcome
 from dataprep.run_end import (already_complete, build_manifest, check_budgets, check_raw_unchanged, publish_manifest,
@@ -96,8 +96,9 @@ def _open_run(config: ShardConfig, store: OutputStore, state: OutputState, finge
     requested, tokenized = str(config.output_format), config.is_tokenized
     if state.plan is not None and state.checkpoint is not None:
         check_raw_unchanged(config, state.plan)
-        mirror_raw(config)
         plan, checkpoint = RunPlan(state_dir(config.out)), state.checkpoint
+        check_planned_here(config, plan)
+        mirror_raw(config)
         output_format = choose_format(requested, plan.layout, tokenized=tokenized)
     else:
         mirror_raw(config)

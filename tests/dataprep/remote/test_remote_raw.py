@@ -73,6 +73,19 @@ def test_a_raw_changed_in_the_store_is_told(cli, synthetic: SyntheticReport, s3_
     assert missing.rc == 2 and "holds no objects" in missing.err, missing.text
 
 
+def test_a_resume_mirrors_raw_where_the_plan_names_it(cli, synthetic: SyntheticReport, s3_env: str,
+                                                      s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    """The plan names RAW's files by their path in the mirror: a resume with another --staging is refused, one
+    with the same finishes."""
+    upload(s3_server.endpoint, bucket, "raw", synthetic.root / "tables")
+    url, out = f"s3://{bucket}/raw", tmp_path / "out"
+    first = cli("shard", url, out, "--max-reject-fraction", "0", "--staging", tmp_path / "a")
+    assert first.rc == 1 and (out / ".dataprep" / "plan.json").exists(), first.text  # stopped before the manifest
+    moved = cli("shard", url, out, "--staging", tmp_path / "b")
+    assert moved.rc == 2 and "rerun with the same --staging" in moved.err and str(tmp_path / "a") in moved.err
+    assert cli("shard", url, out, "--staging", tmp_path / "a").rc == 0
+
+
 def test_a_range_task_on_another_node_stages_only_its_ranges_files(s3_env: str, s3_server: S3Server, bucket: str,
                                                                    tmp_path: Path) -> None:
     """A node without the driver's mirror: the files of the task's units are put at the plan's paths, with the
