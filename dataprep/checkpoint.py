@@ -28,15 +28,15 @@ from typing import Any
 
 from dataprep.errors import FormatError
 from dataprep.manifest import ShardInfo, Totals
-from dataprep.store import OutputStore
+from dataprep.store import STATE_DIR, OutputStore
 
-STATE_DIR = ".dataprep"
 CHECKPOINT_NAME = "checkpoint.json"
 PARTIAL_REJECTS_NAME = "rejects.partial.jsonl"
 SEEN_NAME = "seen"
 # The same files as names in the output store (``dataprep.store``: relative to OUT).
 CHECKPOINT_PATH = f"{STATE_DIR}/{CHECKPOINT_NAME}"
 PARTIAL_REJECTS_PATH = f"{STATE_DIR}/{PARTIAL_REJECTS_NAME}"
+SEEN_PATH = f"{STATE_DIR}/{SEEN_NAME}"
 CHECKPOINT_VERSION = 2
 
 

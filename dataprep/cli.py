@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions, TextUnit
-from dataprep.config import (DEFAULT_RANGE_BYTES, DEFAULT_SHARD_BYTES, Engine, OutputFormat, ShardConfig, TokenOptions,
-                             default_workers)
+from dataprep.config import (DEFAULT_RANGE_BYTES, DEFAULT_REMOTE_TIMEOUT_S, DEFAULT_SHARD_BYTES, Engine, OutputFormat,
+                             ShardConfig, TokenOptions, default_workers)
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
 from dataprep.interrupts import keep_interrupts
 from dataprep.report import ProgressLine, format_summary, format_table
@@ -39,6 +39,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 3600] (got {text})")
+    return value
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -59,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("shard", help="clean RAW and write shards, index sidecars and a manifest to OUT")
-    p.add_argument("raw", type=Path, help="raw dataset: a directory (or one table/text file)")
-    p.add_argument("out", type=Path, help="output directory (created; must be empty or from the same command)")
+    p.add_argument("raw", help="raw dataset: a directory (or one table/text file), or a store URL (s3://bucket/raw/)")
+    p.add_argument("out", help="output directory (created; must be empty or from the same command), or a store URL "
+                               "(s3://bucket/prefix, gs://, az://; the bucket must exist)")
     p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
     p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
                    help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images); "
@@ -117,12 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: RAY_ADDRESS, else a new local cluster)")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
+    g = p.add_argument_group("object storage (OUT or RAW a store URL; pip install 'shardfeed[remote]')")
+    g.add_argument("--staging", type=Path, default=None,
+                   help="folder for the files waiting for upload and RAW's mirror (default: the system's temporary "
+                        "folder); removed when the run ends")
+    g.add_argument("--remote-timeout", type=_seconds, default=DEFAULT_REMOTE_TIMEOUT_S, metavar="SECONDS",
+                   help="a store request without progress this long, retries included, fails the run naming the URL "
+                        f"(default {DEFAULT_REMOTE_TIMEOUT_S:g})")
 
     p = sub.add_parser("verify", help="re-hash shards against the manifest and check index sidecars")
-    p.add_argument("out", type=Path)
+    p.add_argument("out", help="a shard directory or a store URL (s3://bucket/prefix)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("info", help="counts, sizes, labels and rejects of a shard directory")
-    p.add_argument("out", type=Path)
+    p.add_argument("out", help="a shard directory or a store URL (s3://bucket/prefix)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("index", help="adopt existing WebDataset tar shards: write index sidecars and a manifest")
     p.add_argument("dir", type=Path)
@@ -165,6 +180,7 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
         workers=args.workers,
         follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
         allow_empty=args.allow_empty, range_bytes=args.range_size, engine=Engine(args.engine), address=args.address,
+        staging=args.staging, remote_timeout_s=args.remote_timeout,
     )
 
 

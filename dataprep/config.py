@@ -10,7 +10,10 @@ from typing import Any
 
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
+from dataprep.remote.errors import RemoteConfigError
+from dataprep.remote.url import parse_url
 from dataprep.sources import Layout
+from dataprep.staging import run_staging
 from dataprep.tokenizer import BYTES_SPEC, Tokenizer
 from dataprep.units import format_bytes
 from dataprep.validate import as_enum, check_int, invalid
@@ -20,6 +23,10 @@ DEFAULT_SHARD_BYTES = 256 * 2**20
 DEFAULT_ROW_GROUP_BYTES = 64 * 2**20
 # A range (the unit of work of a multi-node run) holds about this much input.
 DEFAULT_RANGE_BYTES = 4 * 2**30
+
+
+# How long a store request may make no progress, its retries included, before the run fails naming the URL.
+DEFAULT_REMOTE_TIMEOUT_S = 60.0
 
 
 # A table's column tokenized when --text-column is not given, and the shortest document kept by default.
@@ -107,6 +114,13 @@ class ShardConfig:
     ``engine``, ``address``: where ranges run (``dataprep.shard.make_engine``); ``address`` is Ray's
     (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
     ``tokens``: token output (``TokenOptions``); with a tokenizer the format is ``tokens``.
+
+    Object storage (issue 22): ``out`` or ``raw`` given as a store URL (``s3://``, ``gs://``,
+    ``az://``) is kept in ``out_url`` / ``raw_url``, and ``out`` / ``raw`` become this machine's
+    folders for it under the run's staging folder (``dataprep.staging``: ``staging``, default
+    the system's temporary folder): OUT's staged files, RAW's mirror. ``file://`` URLs are local
+    paths. ``remote_timeout_s``: a store request without progress this long, retries included,
+    fails the run naming the URL. ``out_name`` / ``raw_name``: OUT and RAW as the user named them.
     """
 
     raw: Path
@@ -131,11 +145,20 @@ class ShardConfig:
     range_bytes: int = DEFAULT_RANGE_BYTES
     engine: Engine = Engine.LOCAL
     address: str | None = None
+    staging: Path | None = None
+    remote_timeout_s: float = DEFAULT_REMOTE_TIMEOUT_S
+    out_url: str | None = None
+    raw_url: str | None = None
 
     def __post_init__(self) -> None:
         # Paths are coerced here, once: everything downstream takes them as Path.
-        object.__setattr__(self, "raw", Path(self.raw))
-        object.__setattr__(self, "out", Path(self.out))
+        if self.staging is not None:
+            object.__setattr__(self, "staging", Path(self.staging))
+        self._place("out", "out_url", None)
+        self._place("raw", "raw_url", self.out_url or os.fsdecode(self.out.resolve()))
+        if isinstance(self.remote_timeout_s, bool) or not isinstance(self.remote_timeout_s, (int, float)) \
+                or not 0 < self.remote_timeout_s <= 3600:
+            raise invalid("remote_timeout_s", "a number of seconds in (0, 3600]", self.remote_timeout_s, UsageError)
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
             raise UsageError("give --shard-size and/or --samples-per-shard")
         for name in ("max_shard_bytes", "max_samples_per_shard"):
@@ -150,6 +173,31 @@ class ShardConfig:
         if self.max_reject_fraction is not None and not 0.0 <= self.max_reject_fraction <= 1.0:
             raise UsageError(f"'max_reject_fraction' must be within [0, 1] (got {self.max_reject_fraction!r})")
         self._refuse_table_options_with_tokens()
+
+    def _place(self, name: str, url_name: str, run_key: str | None) -> None:
+        """``name`` as a local Path; a store URL kept in ``url_name`` and replaced by its staging folder."""
+        value = getattr(self, name)
+        if isinstance(value, str) and "://" in value and getattr(self, url_name) is None:
+            try:
+                url = parse_url(value)
+            except RemoteConfigError as err:
+                raise UsageError(f"{name.upper()}: {err}") from err
+            if url.is_local:
+                value = url.local_path
+            else:
+                object.__setattr__(self, url_name, str(url))
+                value = run_staging(run_key or str(url), self.staging) / name
+        object.__setattr__(self, name, Path(value))
+
+    @property
+    def out_name(self) -> str:
+        """OUT as the user named it: its URL, or its path."""
+        return self.out_url or os.fspath(self.out)
+
+    @property
+    def raw_name(self) -> str:
+        """RAW as the user named it: its URL, or its path."""
+        return self.raw_url or os.fspath(self.raw)
 
     @property
     def is_tokenized(self) -> bool:
@@ -180,7 +228,7 @@ class ShardConfig:
 
     def _fingerprint(self) -> dict[str, Any]:
         return {
-            "raw": os.fsdecode(self.raw.resolve()),
+            "raw": self.raw_url or os.fsdecode(self.raw.resolve()),
             "layout": str(self.layout) if self.layout else "auto",
             "format": str(self.output_format),
             "max_shard_bytes": self.max_shard_bytes,

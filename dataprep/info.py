@@ -1,4 +1,4 @@
-"""``dataprep info``: what a shard directory holds — counts, sizes, labels, rejects; tokens for token shards."""
+"""``dataprep info``: what a shard directory (or a store URL) holds — counts, sizes, labels, rejects; tokens too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from dataprep.index import read_index
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, Manifest, read_manifest
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, Manifest
+from dataprep.shard_files import ShardFiles, open_shard_files
 from dataprep.token_shards import read_index as read_token_index
 
 
@@ -79,22 +80,26 @@ class DatasetInfo:
 
 
 def dataset_info(out: str | os.PathLike[str]) -> DatasetInfo:
-    root = Path(out)
-    manifest = read_manifest(root)
-    if manifest.format == FORMAT_TOKENS:
-        return DatasetInfo(manifest, {}, {}, token_counts(root, manifest))
-    names = {v: k for k, v in (manifest.label_map or {}).items()}
-    labels: Counter[str] = Counter()
-    fields: Counter[str] = Counter()
-    for shard in manifest.shards:
-        if manifest.format == FORMAT_PARQUET:
-            _parquet_counts(root / shard.name, names, labels, fields)
-            continue
-        index = read_index(root / (shard.index or shard.name + ".idx"))
-        for j, field in enumerate(index.fields):
-            fields[field] += int((index.field_offset[:, j] >= 0).sum())
-        if "cls" in index.fields:
-            _tar_labels(root / shard.name, index, names, labels)
+    """What OUT holds (a folder, or a store URL: each file it reads fetched one at a time, ``shard_files``)."""
+    with open_shard_files(out) as files:
+        manifest = files.manifest()
+        if manifest.format == FORMAT_TOKENS:
+            return DatasetInfo(manifest, {}, {}, token_counts(files, manifest))
+        names = {v: k for k, v in (manifest.label_map or {}).items()}
+        labels: Counter[str] = Counter()
+        fields: Counter[str] = Counter()
+        for shard in manifest.shards:
+            if manifest.format == FORMAT_PARQUET:
+                with files.local(shard.name) as path:
+                    _parquet_counts(path, names, labels, fields)
+                continue
+            with files.local(shard.index or shard.name + ".idx") as path:
+                index = read_index(path)
+            for j, field in enumerate(index.fields):
+                fields[field] += int((index.field_offset[:, j] >= 0).sum())
+            if "cls" in index.fields:
+                with files.local(shard.name) as path:
+                    _tar_labels(path, index, names, labels)
     return DatasetInfo(manifest, dict(sorted(labels.items())), dict(sorted(fields.items())))
 
 
@@ -122,10 +127,11 @@ def _parquet_counts(path: Path, names: dict[int, str], labels: Counter[str], fie
                 labels[names.get(value, str(value))] += 1
 
 
-def token_counts(root: Path, manifest: Manifest) -> TokenCounts:
+def token_counts(files: ShardFiles, manifest: Manifest) -> TokenCounts:
     """Documents and tokens of every token shard, from their ``.idx`` (memory: one count per distinct length)."""
     lengths: Counter[int] = Counter()
     for shard in manifest.shards:
-        values, counts = np.unique(read_token_index(root / (shard.index or "")).lengths, return_counts=True)
+        with files.local(shard.index or "") as path:
+            values, counts = np.unique(read_token_index(path).lengths, return_counts=True)
         lengths.update(dict(zip(values.tolist(), counts.tolist())))
     return TokenCounts.of(lengths)

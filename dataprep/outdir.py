@@ -48,9 +48,8 @@ class OutputState:
 
 
 def check_paths(raw: Path, out: Path) -> None:
-    """Refuse RAW and OUT inside one another (or the same), and a RAW that does not exist."""
-    if not raw.exists():
-        raise UsageError(f"RAW {raw} does not exist")
+    """Refuse RAW and OUT inside one another (or the same), and a RAW that does not exist or holds shards."""
+    check_raw(raw)
     raw_real, out_real = raw.resolve(), out.resolve()
     if raw_real == out_real:
         raise UsageError(f"RAW and OUT are the same folder ({raw}); choose an OUT outside RAW")
@@ -58,6 +57,12 @@ def check_paths(raw: Path, out: Path) -> None:
         raise UsageError(f"OUT {out} is inside RAW {raw}; its shards would become inputs. Choose an OUT outside RAW")
     if raw_real.is_relative_to(out_real):
         raise UsageError(f"RAW {raw} is inside OUT {out}; OUT holds only dataprep's output. Choose an OUT outside RAW")
+
+
+def check_raw(raw: Path) -> None:
+    """Refuse a RAW that does not exist, or that is a dataprep output (a folder with a manifest)."""
+    if not raw.exists():
+        raise UsageError(f"RAW {raw} does not exist")
     if raw.is_dir() and (raw / MANIFEST_NAME).is_file():
         raise UsageError(f"RAW {raw} holds {MANIFEST_NAME}: it is a dataprep output (shards), not raw data. Were RAW "
                          "and OUT swapped? To read shards use loaders; to reshard, shard the original RAW again")

@@ -3,7 +3,8 @@
 The tasks (``dataprep.range_tasks``) run wherever the executor puts them and write only
 into folders of their own attempts. This driver is the only writer of OUT: it publishes
 the attempt whose result it received (``publish_attempt``: its shards, sidecars and
-rejects renamed into place through the ``OutputStore``), then records the range completed
+rejects renamed into place through the ``OutputStore``; in object storage copied to their
+names inside the store, then deleted), then records the range completed
 in the checkpoint (``ranges_done``); once all are done it joins the rejects in range
 order, so OUT is the same bytes as a local run's whatever ran which range where, in which
 order, how often. A stale attempt's folder is never published, and the driver removes
@@ -91,7 +92,7 @@ def publish(store: OutputStore, attempt: str, names: Iterable[str], last: str | 
     store.move((f"{attempt}/{leaf(name)}", name) for name in names)
     if last is not None:
         store.move([(f"{attempt}/{leaf(last)}", last)])
-    shutil.rmtree(store.local_path() / attempt, ignore_errors=True)
+    store.remove_tree(attempt)
 
 
 def publish_attempt(store: OutputStore, result: RangeResult) -> None:
@@ -110,15 +111,14 @@ def remove_attempts(store: OutputStore) -> None:
     A stale task still writing into its folder then fails to write there; what it may
     create during the removal stays in the state folder, which goes when the run ends.
     """
-    attempts = store.local_path() / ATTEMPTS_DIR
-    shutil.rmtree(attempts, ignore_errors=True)
-    attempts.mkdir(parents=True, exist_ok=True)
+    store.remove_tree(ATTEMPTS_DIR)
+    (store.local_path() / ATTEMPTS_DIR).mkdir(parents=True, exist_ok=True)
 
 
 def check_probes(store: OutputStore, token: str, answers: Iterable[tuple[str, str, bool]]) -> None:
     """Fail unless every node (label, name, saw the driver's file) saw OUT and the driver sees its file."""
-    hint = ("OUT must be one folder that every node mounts at the same path (NFS, Lustre, ...); "
-            "object storage is not supported yet")
+    hint = ("OUT must be one folder that every node mounts at the same path (NFS, Lustre, ...), or a store URL "
+            "(s3://bucket/prefix) that every node reaches")
     for label, node, seen in answers:
         if not seen:
             raise UsageError(f"node {label} ({node}) cannot see OUT {store.describe()}: the driver's probe file "

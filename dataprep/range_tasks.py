@@ -1,6 +1,7 @@
 """A plan's ranges as independent tasks that run on any node (``--engine ray``; the driver is ``range_driver``).
 
-A task reads the saved plan from OUT (which every node must see), writes one whole range
+A task reads the saved plan from OUT (a folder every node sees, or a store URL: the plan is
+fetched into the task's private folder, ``OutputStore.fetch``), writes one whole range
 (its shards are named by the range), and returns its shard list and counts; its rejects
 go to a file of its own. Duplicates of table rows and text (first in plan order wins) are
 found before writing, without running ranges in sequence, in two passes of tasks:
@@ -28,10 +29,11 @@ An ordinal counts the raw records of a range in plan order, from 0.
 Attempts. A task of a driver that was killed may go on running on a worker node while
 the restarted driver runs the same task again; a task Ray retries after losing its node
 may too. So a task never writes a name another attempt could write: it makes a folder
-of its own (``start_attempt``: ``attempts/KIND-N-TOKEN``, TOKEN random, made by the task),
-writes there, and returns the folder's name and the final names of its files. Only the
-driver publishes them (``range_driver``). A task whose run is gone, or whose plan is of
-other options (OUT overwritten), stops.
+of its own (``start_attempt``: ``attempts/KIND-N-TOKEN``, TOKEN random, made by the task;
+in object storage a prefix its files are uploaded under), writes there, and returns the
+folder's name and the final names of its files. Only the driver publishes them
+(``range_driver``). A task whose run is gone, or whose plan is of other options (OUT
+overwritten), stops.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ from dataprep.records import Reject
 from dataprep.report import ProgressLine
 from dataprep.run_context import RunContext
 from dataprep.run_modes import RangeTaskRun
-from dataprep.run_plan import PLAN_NAME, RunPlan
+from dataprep.object_store import ObjectOutputStore
+from dataprep.raw_source import stage_units
+from dataprep.remote import RemoteNotFoundError, RemoteStore, is_remote_url
+from dataprep.run_plan import PLAN_NAME, RunPlan, plan_names
 from dataprep.seen import SeenSet
 from dataprep.store import LocalStore, OutputStore, leaf
 from dataprep.supervisor import run_supervised
@@ -100,21 +105,19 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.:" else "_" for c in name)
 
 
-def start_attempt(store: OutputStore, label: str) -> tuple[str, LocalStore]:
+def start_attempt(store: OutputStore, label: str) -> tuple[str, OutputStore]:
     """A new folder for one attempt at a task, ``attempts/LABEL-TOKEN``: (its name in ``store``, it as a store).
 
     Raises ``UsageError`` if the run's state folder is gone (the run that started this
-    task ended or was overwritten: the attempt is stale, and creates nothing).
+    task ended or was overwritten: the attempt is stale, and creates nothing). In object
+    storage the folder is a prefix, and a stale task is stopped by ``RangeTask.open_plan``.
     """
     name = f"{ATTEMPTS_DIR}/{label}-{uuid.uuid4().hex}"
-    folder = store.local_path() / name
     try:
-        folder.parent.mkdir(exist_ok=True)  # not parents: they exist while the run does
-        folder.mkdir()
+        return name, store.child(name)
     except FileNotFoundError as err:
-        raise UsageError(f"{label}: {folder.parent.parent} is gone: the run that started this task ended or was "
-                         "restarted with --overwrite (this attempt is stale and writes nothing)") from err
-    return name, LocalStore(folder)
+        raise UsageError(f"{label}: {store.describe()}/{RANGES_DIR} is gone: the run that started this task ended "
+                         "or was restarted with --overwrite (this attempt is stale and writes nothing)") from err
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,10 @@ class RangeTask:
 
     def open_plan(self) -> RunPlan:
         """The saved plan; a clear error if this node cannot see it (OUT not shared)."""
-        directory = state_dir(self.store.local_path())
+        try:
+            directory = state_dir(self.store.fetch(plan_names()))
+        except RemoteNotFoundError:  # the run's state is gone from the store
+            directory = state_dir(self.store.local_path())
         if not (directory / PLAN_NAME).exists():
             raise UsageError(f"range {self.index}: the plan {directory}/{PLAN_NAME} is not visible on node "
                              f"{os.uname().nodename}; OUT must be a folder every node sees at the same path")
@@ -148,8 +154,14 @@ class RangeTask:
         return plan
 
     def context(self, store: OutputStore) -> RunContext:
-        """The run as this task writes it: into ``store``, with ``threads`` cleaning workers."""
-        return RunContext(config=replace(self.config, workers=self.threads), store=store, plan=self.open_plan(),
+        """The run as this task writes it: into ``store``, with ``threads`` cleaning workers.
+
+        A remote RAW's files of the task's range are staged on this node first (``raw_source.stage_units``).
+        """
+        plan = self.open_plan()
+        start, stop = plan.range_bounds(self.index)
+        stage_units(self.config, plan.units(start, stop))
+        return RunContext(config=replace(self.config, workers=self.threads), store=store, plan=plan,
                           handler=self.handler, output_format=self.output_format, fingerprint=self.fingerprint,
                           tokenizer=self.tokenizer)
 
@@ -259,8 +271,11 @@ def write_range(task: RangeTask) -> RangeResult:
 
 
 def probe_node(out: str, token: str) -> tuple[str, bool]:
-    """Run on a node: (node name, whether it sees the driver's probe); writes the node's own probe file."""
-    store = LocalStore(Path(out))
+    """Run on a node: (node name, whether it sees the driver's probe); writes the node's own probe file.
+
+    ``out``: OUT's folder, or its store URL (then the probe says the node reaches the store).
+    """
+    store: OutputStore = ObjectOutputStore(RemoteStore(out)) if is_remote_url(out) else LocalStore(Path(out))
     node = os.uname().nodename + f":{os.getpid()}"
     seen = store.exists(f"{PROBE_DIR}/driver") and store.read_bytes(f"{PROBE_DIR}/driver").decode() == token
     if seen:

@@ -143,7 +143,10 @@ class RayExecutor:
                                  "rerun the same command to resume from the ranges completed") from err
 
     def check_shared(self, store: OutputStore) -> None:
-        """One probe task per alive node: each must see the driver's file, and the driver each node's."""
+        """One probe task per alive node: each must see the driver's file, and the driver each node's.
+
+        For OUT in object storage this says that every node reaches the store (credentials, endpoint).
+        """
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray = self._ray

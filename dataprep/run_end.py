@@ -7,13 +7,14 @@ manifest, and the manifest built from the plan and the run's outcome, written la
 
 from __future__ import annotations
 
-import os
 
 from dataprep.checkpoint import PARTIAL_REJECTS_PATH, state_dir
 from dataprep.config import ShardConfig
-from dataprep.errors import RejectBudgetError, UsageError
-from dataprep.listing import LISTING_NAME, changes, list_raw, listing_digest, read_listing
+from dataprep.errors import FormatError, RejectBudgetError, UsageError
+from dataprep.listing import LISTING_NAME, changes, read_listing
 from dataprep.manifest import FORMAT_TOKENS, MANIFEST_NAME, REJECTS_NAME, Manifest, ShardInfo, Totals, manifest_bytes
+from dataprep.outdir import shard_pattern
+from dataprep.raw_source import raw_digest, raw_entries
 from dataprep.report import Summary
 from dataprep.run_context import RunContext, RunOutcome
 from dataprep.run_plan import RunPlanInfo
@@ -34,7 +35,24 @@ def build_manifest(ctx: RunContext, outcome: RunOutcome, argv: tuple[str, ...]) 
 
 
 def publish_manifest(store: OutputStore, manifest: Manifest) -> None:
-    """``OUT/manifest.json``, atomically: the last file of a run, which makes OUT finished."""
+    """``OUT/manifest.json``, atomically: the last file of a run, which makes OUT finished.
+
+    Its first byte is written only once OUT is listed and holds every file it names, each
+    shard of its size (``FormatError`` otherwise); shards of the run's prefix that it does not
+    name (written again after a crash of the writing process, in fewer shards) are removed first.
+    """
+    present = store.listing()
+    missing = [f"{s.name} ({present.get(s.name, 'no')} bytes, {s.bytes} written)" for s in manifest.shards
+               if present.get(s.name) != s.bytes]
+    missing += [name for name in [*(s.index for s in manifest.shards), manifest.rejects]
+                if name is not None and name not in present]
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise FormatError(f"{store.describe()} does not hold every file of the run ({shown}); the manifest was not "
+                          "written. Rerun the same command to resume")
+    named = {s.name for s in manifest.shards} | {s.index for s in manifest.shards if s.index}
+    pattern = shard_pattern(str(manifest.options.get("prefix", "shard")))
+    store.remove(sorted(n for n in present if n not in named and pattern.fullmatch(n)))
     store.write_bytes(MANIFEST_NAME, manifest_bytes(manifest))
 
 
@@ -45,14 +63,12 @@ def publish_rejects(store: OutputStore) -> None:
 
 def already_complete(config: ShardConfig, m: Manifest) -> Summary:
     """The answer to a rerun over a finished OUT: its summary, unless RAW changed or the budgets now fail."""
-    if m.raw_listing_sha256 is not None:
-        now = listing_digest(config.raw, follow_symlinks=config.follow_symlinks, exclude=config.out)
-        if now != m.raw_listing_sha256:
-            raise UsageError(f"RAW {config.raw} changed since {config.out} was made from it (files added, removed or "
-                             "modified); pass --overwrite to shard it again")
+    if m.raw_listing_sha256 is not None and raw_digest(config) != m.raw_listing_sha256:
+        raise UsageError(f"RAW {config.raw_name} changed since {config.out_name} was made from it (files added, "
+                         "removed or modified); pass --overwrite to shard it again")
     # The budgets are not in the fingerprint: a finished OUT answers a stricter rerun as a fresh run would.
     check_budgets(config, m.totals)
-    return Summary(out=os.fspath(config.out), layout=m.layout, output_format=m.format, totals=m.totals,
+    return Summary(out=config.out_name, layout=m.layout, output_format=m.format, totals=m.totals,
                    shards=len(m.shards), bytes_written=sum(s.bytes for s in m.shards), elapsed_s=0.0,
                    samples_per_s=0.0, mb_per_s=0.0, already_complete=True, layout_reason=m.layout_reason,
                    tokens=_tokens(m.format, m.shards))
@@ -60,20 +76,18 @@ def already_complete(config: ShardConfig, m: Manifest) -> Summary:
 
 def check_raw_unchanged(config: ShardConfig, plan: RunPlanInfo) -> None:
     """Refuse to resume when RAW's listing differs from the plan's, naming what changed."""
-    raw, out = config.raw, config.out
-    if listing_digest(raw, follow_symlinks=config.follow_symlinks, exclude=out) == plan.listing_sha256:
+    if raw_digest(config) == plan.listing_sha256:
         return
-    found = changes(read_listing(state_dir(out) / LISTING_NAME),
-                    list_raw(raw, follow_symlinks=config.follow_symlinks, exclude=out))
-    raise UsageError(f"RAW {raw} changed since this run was planned ({'; '.join(found) or 'listing differs'}); "
-                     "resuming would mix two versions of it. Restore RAW, or pass --overwrite to start again from "
-                     "zero")
+    found = changes(read_listing(state_dir(config.out) / LISTING_NAME), raw_entries(config))
+    what = "; ".join(found) or "listing differs"
+    raise UsageError(f"RAW {config.raw_name} changed since this run was planned ({what}); resuming would mix two "
+                     "versions of it. Restore RAW, or pass --overwrite to start again from zero")
 
 
 def check_budgets(config: ShardConfig, totals: Totals) -> None:
     """Fail (no manifest; a rerun resumes at the end) on too many rejects or no sample at all."""
     seen, rejected = totals.inputs_seen, totals.rejected
-    rejects_file = config.out / REJECTS_NAME
+    rejects_file = f"{config.out_name}/{REJECTS_NAME}"
     budget = config.max_reject_fraction
     if budget is not None and seen and rejected / seen > budget:
         raise RejectBudgetError(
@@ -90,7 +104,7 @@ def check_budgets(config: ShardConfig, totals: Totals) -> None:
 def summary_of(ctx: RunContext, outcome: RunOutcome, elapsed_s: float, resumed_from_shard: int | None) -> Summary:
     """The summary of a run that wrote ``outcome`` in ``elapsed_s`` seconds."""
     return Summary(
-        out=os.fspath(ctx.config.out), layout=str(ctx.plan.layout), output_format=ctx.output_format,
+        out=ctx.config.out_name, layout=str(ctx.plan.layout), output_format=ctx.output_format,
         totals=outcome.totals, shards=len(outcome.shards), bytes_written=sum(s.bytes for s in outcome.shards),
         elapsed_s=elapsed_s, samples_per_s=outcome.processed / elapsed_s if elapsed_s else 0.0,
         mb_per_s=outcome.bytes_out / elapsed_s / 1e6 if elapsed_s else 0.0, resumed_from_shard=resumed_from_shard,

@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from dataprep.checkpoint import PARTIAL_REJECTS_PATH, SEEN_NAME, Checkpoint, save_checkpoint, state_dir
+from dataprep.checkpoint import PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint, save_checkpoint, state_dir
 from dataprep.layouts import LayoutHandler
 from dataprep.outdir import open_output
 from dataprep.records import CleanRecord, EncodedSample
@@ -48,6 +48,7 @@ class CheckpointedRun:
         store.sync(rejects)
         if self._seen is not None:
             self._seen.commit()
+            store.publish(f"{SEEN_PATH}/{name}" for name in self._seen.committed_files())
         save_checkpoint(store, checkpoint)
 
     def finish(self, rejects: BinaryIO) -> None:

@@ -51,6 +51,7 @@ from dataprep.fsutil import atomic_write_bytes
 from dataprep.listing import LISTING_NAME, excluded_by, write_listing
 from dataprep.records import RawRecord, Reject, RejectReason
 from dataprep.duplicates import find_duplicates, image_size
+from dataprep.store import STATE_DIR
 from dataprep.sources import (TEXT_EXTENSIONS, KeyAssigner, Layout, LayoutChoice, RawFile, extension, media_records,
                               walk_files)
 
@@ -189,6 +190,11 @@ class RunPlan:
                 yield self.load(index, fd)
         finally:
             os.close(fd)
+
+
+def plan_names() -> list[str]:
+    """The plan's files as names in OUT (``dataprep.store``), ``plan.json`` last: it says the rest is there."""
+    return [f"{STATE_DIR}/{name}" for name in (*PLAN_FILES[1:], PLAN_NAME)]
 
 
 def is_planned(directory: Path) -> bool:

@@ -388,6 +388,10 @@ class SeenSet:
             fsync_dir(self.path)
         self._retired = []
 
+    def committed_files(self) -> list[str]:
+        """The files of the last ``commit``, ``seen.json`` last: what a copy of the store needs, in order."""
+        return [*sorted(self._committed), MANIFEST_NAME]
+
     # -- runs: flush, merge, retire --------------------------------------------------------
 
     def _writer(self) -> _RunWriter:

@@ -1,9 +1,10 @@
 """``dataprep shard``, the command: open OUT and the run plan, choose the engine, end the run, report.
 
 One run, in order: load the tokenizer of token output (``--tokenizer``: a usage error
-before anything is written), check RAW and OUT, lock OUT, see what it holds
-(``outdir.open_output``: fresh, a run to resume, or finished), then open the run: the
-saved plan (RAW must be unchanged) or a new one (``dataprep.run_plan``), and with it
+before anything is written), check RAW and OUT, lock OUT (``output.make_output``: a folder,
+or object storage through a staging folder), see what it holds (``RunOutput.open``: fresh, a
+run to resume, or finished), then open the run: the saved plan (RAW must be unchanged) or a
+new one (``dataprep.run_plan``; a remote RAW is mirrored first, ``dataprep.raw_source``), and with it
 everything decided once and handed down as a ``RunContext``: the output store, the
 layout's handler, the output format, the options' fingerprint (with the tokenizer's
 sha256), the tokenizer. The engine writes the ranges (``LocalEngine``: this
@@ -25,14 +26,16 @@ from dataprep.config import Engine, ShardConfig
 from dataprep.errors import UsageError
 from dataprep.layouts import LayoutHandler, make_handler, refuse_other_layouts_options
 from dataprep.local_engine import LocalEngine
-from dataprep.outdir import OutputLock, OutputState, check_paths, finish, open_output
+from dataprep.outdir import OutputState
+from dataprep.output import make_output
+from dataprep.raw_source import MirroredRaw, check_planned_here, mirror_raw
 from dataprep.report import ProgressLine, Summary
 from dataprep.run_context import RunContext, RunOutcome
 from dataprep.run_end import (already_complete, build_manifest, check_budgets, check_raw_unchanged, publish_manifest,
                               publish_rejects, summary_of)
-from dataprep.run_plan import RunPlan, make_run_plan
+from dataprep.run_plan import RunPlan, make_run_plan, plan_names
 from dataprep.sources import LayoutChoice, choose_layout
-from dataprep.store import LocalStore, OutputStore
+from dataprep.store import OutputStore
 from dataprep.tokenizer import Tokenizer, load_tokenizer
 from dataprep.write_loop import Item
 from dataprep.writers import choose_format
@@ -63,11 +66,10 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     engine = make_engine(config)
     engine.check()
     tokenizer = run_tokenizer(config)
-    check_paths(config.raw, config.out)
-    with OutputLock(config.out):
+    with make_output(config) as output, MirroredRaw(config):
         fingerprint = config.fingerprint(tokenizer)
-        store = LocalStore(config.out)
-        state = open_output(config.out, fingerprint, overwrite=config.overwrite)
+        store = output.store
+        state = output.open(fingerprint, overwrite=config.overwrite)
         if state.finished is not None:
             return already_complete(config, state.finished)
         ctx, checkpoint = _open_run(config, store, state, fingerprint, tokenizer)
@@ -77,7 +79,7 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
         publish_rejects(store)
         check_budgets(config, outcome.totals)
         publish_manifest(store, build_manifest(ctx, outcome, argv))
-        finish(config.out)
+        output.finish()
     resumed_from_shard = checkpoint.next_shard if state.plan is not None else None
     return summary_of(ctx, outcome, time.monotonic() - started, resumed_from_shard)
 
@@ -95,12 +97,16 @@ def _open_run(config: ShardConfig, store: OutputStore, state: OutputState, finge
     if state.plan is not None and state.checkpoint is not None:
         check_raw_unchanged(config, state.plan)
         plan, checkpoint = RunPlan(state_dir(config.out)), state.checkpoint
+        check_planned_here(config, plan)
+        mirror_raw(config)
         output_format = choose_format(requested, plan.layout, tokenized=tokenized)
     else:
+        mirror_raw(config)
         choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
         output_format = choose_format(requested, choice.layout, tokenized=tokenized)  # before planning
         refuse_other_layouts_options(choice, config.table, config.raw, config.tokens.text_column)
         plan = _new_plan(config, choice, fingerprint)
+        store.publish(plan_names())  # the plan, then the checkpoint that says a run is under way
         checkpoint = Checkpoint()
         save_checkpoint(store, checkpoint)
     handler = make_handler(plan, config.image, config.table, config.text, output_format,

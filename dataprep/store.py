@@ -10,24 +10,29 @@ Shard writers (``dataprep.writers``) stream to ``local_path()``, a folder of thi
 and hand each closed shard to ``publish``. ``LocalStore`` is OUT as a folder of a
 filesystem that every node mounts at the same path (NFS, Lustre, a local disk for one
 machine): ``local_path()`` is OUT itself and a closed shard is already in place, so
-``publish`` only has to be durable, which the writers' rename already is. An object store
-(S3, issue 22) implements the same methods: ``local_path()`` a staging folder, ``publish``
-and ``move`` uploads, ``write_bytes`` a put.
+``publish`` only has to be durable, which the writers' rename already is. Object storage
+(``dataprep.object_output.ObjectOutputStore``) implements the same methods over a staging
+folder: ``publish``, ``write_bytes``, ``writer`` and ``sync`` upload, ``move`` copies in the
+store. Files written under ``local_path()`` by other means (the plan, the duplicate set) are
+handed to ``publish`` too; a task that reads them on another node asks ``fetch`` first.
 
-What stays on ``local_path()`` without this interface: the run's lock, the plan files
-written once at the start (``dataprep.run_plan``), the duplicate set, and the checks and
-tidying of ``dataprep.outdir`` (what OUT holds when a run starts).
+What stays on ``local_path()`` without this interface: the run's lock, and the checks and
+tidying of ``dataprep.outdir`` (what OUT holds when a run starts; for object storage they run
+on the staging folder's image of OUT, ``dataprep.object_output``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
 from dataprep.fsutil import commit_tmp, fsync_dir, unique_tmp_path_for
+
+STATE_DIR = ".dataprep"  # OUT's state folder (``dataprep.checkpoint`` names what is in it)
 
 
 class OutputStore(Protocol):
@@ -69,6 +74,26 @@ class OutputStore(Protocol):
 
     def local_path(self) -> Path:
         """The folder of this machine that shard writers write to."""
+        ...
+
+    def fetch(self, names: Iterable[str]) -> Path:
+        """Make the files ``names`` of OUT readable under ``local_path()`` (a download where OUT is remote)."""
+        ...
+
+    def listing(self) -> dict[str, int]:
+        """Every file of OUT outside its state folder: name -> size in bytes."""
+        ...
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove files of OUT (a missing one is not an error)."""
+        ...
+
+    def remove_tree(self, name: str) -> None:
+        """Remove folder ``name`` of OUT with everything in it."""
+        ...
+
+    def child(self, name: str) -> OutputStore:
+        """Folder ``name`` of OUT as a store of its own, made now; FileNotFoundError if its parent is gone."""
         ...
 
 
@@ -136,6 +161,27 @@ class LocalStore:
 
     def local_path(self) -> Path:
         return self.root
+
+    def fetch(self, names: Iterable[str]) -> Path:
+        """Nothing to fetch: every node sees OUT."""
+        return self.root
+
+    def listing(self) -> dict[str, int]:
+        return {p.name: p.stat().st_size for p in self.root.iterdir() if p.name != STATE_DIR and p.is_file()}
+
+    def remove(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._path(name).unlink(missing_ok=True)
+        fsync_dir(self.root)
+
+    def remove_tree(self, name: str) -> None:
+        shutil.rmtree(self._path(name), ignore_errors=True)
+
+    def child(self, name: str) -> LocalStore:
+        folder = self._path(name)
+        folder.parent.mkdir(exist_ok=True)  # not parents: they exist while the run does
+        folder.mkdir()
+        return LocalStore(folder)
 
 
 def leaf(name: str) -> str:

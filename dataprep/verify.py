@@ -1,4 +1,7 @@
-"""Check a shard directory against its manifest: hashes, sizes, index sidecars, counts.
+"""Check a shard directory (or a dataset in object storage) against its manifest: hashes, sizes, sidecars, counts.
+
+A store URL (``s3://bucket/prefix``) is read through ``dataprep.shard_files``: each shard
+streamed through sha256 into a temporary file, checked, and removed before the next.
 
 Token shards (``.bin`` + ``.idx``): both files re-hashed, and the ``.idx`` read
 (``token_shards.read_index``) and checked against the manifest's documents, tokens and
@@ -26,7 +29,8 @@ import pyarrow.parquet as pq
 
 from dataprep.errors import FormatError
 from dataprep.index import ShardIndex, index_tar, read_index
-from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, Manifest, ShardInfo, read_manifest, sha256_file
+from dataprep.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, Manifest, ShardInfo
+from dataprep.shard_files import ShardFiles, open_shard_files
 from dataprep.token_shards import TokenIndex
 from dataprep.token_shards import read_index as read_token_index
 
@@ -49,76 +53,73 @@ class VerifyReport:
         return not self.problems
 
 
-def verify(out_dir: Path, *, check_index: bool = True, on_shard: ShardCallback | None = None) -> VerifyReport:
-    """Verify every shard listed in ``OUT/manifest.json``.
+def verify(out_dir: str | os.PathLike[str], *, check_index: bool = True,
+           on_shard: ShardCallback | None = None) -> VerifyReport:
+    """Verify every shard listed in ``OUT/manifest.json`` (OUT a folder or a store URL, ``dataprep.shard_files``).
 
     Re-hashes each shard (sha256 and size against the manifest), and with ``check_index``
     re-indexes each tar shard and compares it with its sidecar; for Parquet shards compares
     the row count in the file footer. Checks the totals invariants and the rejects file.
     ``on_shard(name, nbytes)`` is called after each shard that exists, for progress.
     """
-    out = Path(out_dir)
-    manifest = read_manifest(out)
-    problems: list[str] = []
-    checked = samples = total_bytes = 0
-    for info in manifest.shards:
-        path = _shard_path(out, info.name)
-        if path is None:
-            problems.append(f"{info.name}: shard name is not a plain file name in {out}")
-            continue
-        if not path.is_file():
-            problems.append(f"{info.name}: shard missing from {out}")
-            continue
-        size = path.stat().st_size
-        problems.extend(_check_bytes(path, info, size))
-        if manifest.format == FORMAT_TOKENS:
-            problems.extend(_check_tokens(out, info, size, (manifest.tokenizer or {}).get("dtype")))
-        else:
-            problems.extend(_check_contents(out, path, info, manifest.format, check_index))
-        checked, samples, total_bytes = checked + 1, samples + info.num_samples, total_bytes + size
-        if on_shard is not None:
-            on_shard(info.name, size)
-    problems.extend(check_totals(manifest, out))
-    problems.extend(_stray_shards(out, manifest))
+    with open_shard_files(out_dir) as files:
+        manifest = files.manifest()
+        problems: list[str] = []
+        checked = samples = total_bytes = 0
+        for info in manifest.shards:
+            if not _is_plain(info.name):
+                problems.append(f"{info.name}: shard name is not a plain file name in {files.where}")
+                continue
+            if not files.has(info.name):
+                problems.append(f"{info.name}: shard missing from {files.where}")
+                continue
+            with files.fetch(info.name) as shard:
+                size = shard.path.stat().st_size
+                problems.extend(_check_bytes(shard.sha256, info, size))
+                if manifest.format == FORMAT_TOKENS:
+                    problems.extend(_check_tokens(files, info, size, (manifest.tokenizer or {}).get("dtype")))
+                else:
+                    problems.extend(_check_contents(files, shard.path, info, manifest.format, check_index))
+            checked, samples, total_bytes = checked + 1, samples + info.num_samples, total_bytes + size
+            if on_shard is not None:
+                on_shard(info.name, size)
+        problems.extend(check_totals(manifest, files))
+        problems.extend(_stray_shards(files, manifest))
     return VerifyReport(checked, samples, total_bytes, tuple(problems))
 
 
-def _stray_shards(out: Path, manifest: Manifest) -> list[str]:
+def _stray_shards(files: ShardFiles, manifest: Manifest) -> list[str]:
     """Shard-like files in OUT that the manifest does not name (a reader globbing the folder would take them)."""
     named = {s.name for s in manifest.shards} | {s.index for s in manifest.shards if s.index}
     pattern = manifest.options.get("pattern") if manifest.layout == "adopted" else None
     problems = []
-    for path in sorted(out.iterdir()):
-        name = path.name
-        if name in named or name.startswith(".") or not path.is_file():
+    for name in files.names():
+        if name in named:
             continue
         shard_like = name.endswith(_SHARD_SUFFIXES) or (isinstance(pattern, str) and fnmatch.fnmatch(name, pattern))
         if shard_like:
-            problems.append(f"{name}: a shard file in {out} that the manifest does not name (a stray copy or a "
-                            "leftover: readers that list the folder would take it); remove it or rerun the shard "
+            problems.append(f"{name}: a shard file in {files.where} that the manifest does not name (a stray copy or "
+                            "a leftover: readers that list the folder would take it); remove it or rerun the shard "
                             "command")
     return problems
 
 
-def _shard_path(out: Path, name: str) -> Path | None:
+def _is_plain(name: str | None) -> bool:
     # A manifest is data: never follow a name out of the directory.
-    if not name or Path(name).name != name or name in (".", ".."):
-        return None
-    return out / name
+    return bool(name) and Path(name or "").name == name and name not in (".", "..")
 
 
-def _check_bytes(path: Path, info: ShardInfo, size: int) -> list[str]:
+def _check_bytes(digest: str, info: ShardInfo, size: int) -> list[str]:
     problems = []
     if size != info.bytes:
         problems.append(f"{info.name}: {size} bytes on disk, manifest records {info.bytes} (truncated or rewritten)")
-    digest = sha256_file(path)
     if digest != info.sha256:
         problems.append(f"{info.name}: sha256 {digest} does not match the manifest's {info.sha256} (shard corrupted "
                         "or replaced)")
     return problems
 
 
-def _check_contents(out: Path, path: Path, info: ShardInfo, fmt: str, check_index: bool) -> list[str]:
+def _check_contents(files: ShardFiles, path: Path, info: ShardInfo, fmt: str, check_index: bool) -> list[str]:
     # A Parquet footer is cheap to read, so its row count is checked even without check_index.
     if fmt == FORMAT_PARQUET:
         return _check_parquet(path, info)
@@ -126,11 +127,13 @@ def _check_contents(out: Path, path: Path, info: ShardInfo, fmt: str, check_inde
         return [f"{info.name}: manifest format {fmt!r} is unknown; contents not checked"]
     if not check_index or info.index is None:
         return []
-    sidecar = _shard_path(out, info.index)
-    if sidecar is None:
+    if not _is_plain(info.index):
         return [f"{info.name}: index name {info.index!r} is not a plain file name"]
+    if not files.has(info.index):
+        return [f"{info.name}: index sidecar {info.index}: missing from {files.where}"]
     try:
-        recorded = read_index(sidecar)
+        with files.local(info.index) as sidecar:
+            recorded = read_index(sidecar)
     except FormatError as err:
         return [f"{info.name}: index sidecar {info.index}: {err}"]
     try:
@@ -140,22 +143,21 @@ def _check_contents(out: Path, path: Path, info: ShardInfo, fmt: str, check_inde
     return compare_index(info.name, recorded, actual, manifest_samples=info.num_samples)
 
 
-def _check_tokens(out: Path, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
+def _check_tokens(files: ShardFiles, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
     """A token shard's ``.idx``: its sha256, then its contents against the manifest and the ``.bin``."""
-    sidecar = _shard_path(out, info.index or "")
-    if sidecar is None:
+    if info.index is None or not _is_plain(info.index):
         return [f"{info.name}: token index name {info.index!r} is not a plain file name"]
-    if not sidecar.is_file():
-        return [f"{info.index}: the token index of {info.name} is missing from {out}"]
+    if not files.has(info.index):
+        return [f"{info.index}: the token index of {info.name} is missing from {files.where}"]
     problems = []
-    digest = sha256_file(sidecar)
-    if digest != info.index_sha256:
-        problems.append(f"{info.index}: sha256 {digest} does not match the manifest's {info.index_sha256} (token "
-                        "index corrupted or replaced)")
-    try:
-        index = read_token_index(sidecar)
-    except FormatError as err:
-        return [*problems, f"{info.index}: {err}"]
+    with files.fetch(info.index) as sidecar:
+        if sidecar.sha256 != info.index_sha256:
+            problems.append(f"{info.index}: sha256 {sidecar.sha256} does not match the manifest's "
+                            f"{info.index_sha256} (token index corrupted or replaced)")
+        try:
+            index = read_token_index(sidecar.path)
+        except FormatError as err:
+            return [*problems, f"{info.index}: {err}"]
     return problems + token_index_problems(index, info, bin_bytes, dtype)
 
 
@@ -234,7 +236,7 @@ def _first_mismatch(recorded: ShardIndex, actual: ShardIndex) -> int | None:
     return None
 
 
-def check_totals(manifest: Manifest, out_dir: Path) -> list[str]:
+def check_totals(manifest: Manifest, files: ShardFiles) -> list[str]:
     """Problems with the manifest's accounting and, when present, the rejects file's line count."""
     t = manifest.totals
     problems = []
@@ -246,14 +248,14 @@ def check_totals(manifest: Manifest, out_dir: Path) -> list[str]:
         problems.append(f"totals: rejected_by_reason sums to {sum(t.rejected_by_reason.values())}, rejected is "
                         f"{t.rejected}")
     if manifest.rejects is not None:
-        rejects = _shard_path(Path(out_dir), manifest.rejects)
-        if rejects is None:
+        if not _is_plain(manifest.rejects):
             problems.append(f"rejects: {manifest.rejects!r} is not a plain file name")
-        elif not rejects.is_file():
-            problems.append(f"{manifest.rejects}: missing from {out_dir} (the manifest counts {t.rejected} rejects); "
-                            "it cannot be rebuilt: rerun `dataprep shard` with --overwrite to make it again")
+        elif not files.has(manifest.rejects):
+            problems.append(f"{manifest.rejects}: missing from {files.where} (the manifest counts {t.rejected} "
+                            "rejects); it cannot be rebuilt: rerun `dataprep shard` with --overwrite to make it again")
         else:
-            problems.extend(_check_rejects(rejects, manifest.rejects, t.rejected, t.rejected_by_reason))
+            with files.local(manifest.rejects) as rejects:
+                problems.extend(_check_rejects(rejects, manifest.rejects, t.rejected, t.rejected_by_reason))
     return problems
 
 

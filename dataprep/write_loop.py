@@ -263,7 +263,7 @@ class WriteLoop:
         self.processed += 1
         if isinstance(result, Reject):
             self.counts[str(result.reason)] += 1
-            rejects.write(reject_line(result))
+            rejects.write(reject_line(self._named(result)))
         else:
             self.kept += 1
             for sample in self.packer.push(result):
@@ -271,6 +271,13 @@ class WriteLoop:
         self.records_done += 1
         self.cursor = self._after(tag)
         self.progress.update(self.processed, sum(self.counts.values()), self.bytes_out)
+
+    def _named(self, reject: Reject) -> Reject:
+        """``reject`` naming a remote RAW's objects by their URL, not by their path in this machine's mirror."""
+        config = self.ctx.config
+        if config.raw_url is None:
+            return reject
+        return replace(reject, detail=reject.detail.replace(f"{config.raw}/", f"{config.raw_url}/"))
 
     def _after(self, tag: Tag) -> Tag:
         """The cursor just past the raw record at ``tag`` (a media unit is one raw record)."""

@@ -43,7 +43,9 @@ class Transport(Protocol):
     def list(self, prefix: str) -> list[ObjectMeta]: ...
     def head(self, name: str) -> ObjectMeta: ...
     def open_range(self, name: str, start: int, end: int | None, etag: str | None) -> RangeStream: ...
-    def put(self, name: str, source: Path | bytes) -> str | None: ...
+    def put(self, name: str, source: Path | bytes, attributes: dict[str, str] | None = None) -> str | None: ...
+    def attributes(self, name: str) -> tuple[ObjectMeta, dict[str, str]]: ...
+    def copy(self, source: str, destination: str) -> None: ...
     def delete(self, names: Sequence[str]) -> None: ...
     def close(self) -> None: ...
 
@@ -95,9 +97,20 @@ class RemoteStore:
     def read_bytes(self, name: str) -> bytes:
         return b"".join(bytes(chunk) for chunk in self.iter_range(name))
 
-    def put(self, name: str, source: Path | bytes) -> str | None:
-        """Store a local file or bytes as ``name`` atomically (readers see the old object or all of it); its ETag."""
-        return self._retry("put", self.url_of(name), lambda t: t.put(name, source))
+    def put(self, name: str, source: Path | bytes, *, attributes: dict[str, str] | None = None) -> str | None:
+        """Store a local file or bytes as ``name`` atomically (readers see the old object or all of it); its ETag.
+
+        ``attributes``: user metadata kept with the object (``attributes`` reads it back).
+        """
+        return self._retry("put", self.url_of(name), lambda t: t.put(name, source, attributes))
+
+    def attributes(self, name: str) -> tuple[ObjectMeta, dict[str, str]]:
+        """``name``'s metadata and the attributes it was stored with."""
+        return self._retry("head", self.url_of(name), lambda t: t.attributes(name))
+
+    def copy(self, source: str, destination: str) -> None:
+        """Copy ``source`` to ``destination`` in the store, server side (no bytes through this machine)."""
+        self._retry("copy", self.url_of(source), lambda t: t.copy(source, destination))
 
     def delete(self, names: Sequence[str]) -> None:
         """Delete objects; a missing one is not an error."""

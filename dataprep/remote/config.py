@@ -19,6 +19,7 @@ class TransportMode(enum.StrEnum):
     HELPER = "helper"
 
 _MIN_PART_BYTES = 5 * 2**20  # S3's smallest multipart part
+_MAX_SINGLE_PUT_BYTES = 5 * 2**30  # S3's largest single PUT
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class RemoteConfig:
         ``[0, min(max_backoff_s, backoff_s * 2**attempt)]`` (full jitter).
     part_bytes: objects larger than this are uploaded in parts of this size (multipart;
         aborted on failure); at least 5 MiB.
+    max_single_put_bytes: if set, objects up to this size go in one PUT whatever
+        ``part_bytes`` (larger ones in parts of ``part_bytes``); at most 5 GiB (S3's limit).
     chunk_bytes: the size of the pieces a download is streamed in.
     transport: ``TransportMode`` (or its value).
     """
@@ -53,6 +56,7 @@ class RemoteConfig:
     part_bytes: int = 16 * 2**20
     chunk_bytes: int = 2**20
     transport: TransportMode = TransportMode.AUTO
+    max_single_put_bytes: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -70,6 +74,11 @@ class RemoteConfig:
         if self.stall_s > self.timeout_s:
             raise RemoteConfigError(f"'stall_s' ({self.stall_s}) must be <= 'timeout_s' ({self.timeout_s}): "
                                     "a stall is detected within the time-out")
+        if self.max_single_put_bytes is not None:
+            _check_positive("max_single_put_bytes", self.max_single_put_bytes, int)
+            if self.max_single_put_bytes > _MAX_SINGLE_PUT_BYTES:
+                raise RemoteConfigError(f"'max_single_put_bytes' must be <= {_MAX_SINGLE_PUT_BYTES} (S3's largest "
+                                        f"single PUT; got {self.max_single_put_bytes})")
         if self.part_bytes < _MIN_PART_BYTES:
             raise RemoteConfigError(f"'part_bytes' must be >= {_MIN_PART_BYTES} (S3's smallest part; "
                                     f"got {self.part_bytes})")

@@ -9,7 +9,8 @@ streams the answer back over a pipe as pickled frames:
 Each frame is an 8-byte little-endian length and a pickle:
 
     request  ("list", prefix) | ("head", name) | ("get", name, start, end, etag)
-             | ("put", name, path-or-bytes) | ("delete", names)
+             | ("put", name, path-or-bytes, attributes) | ("attributes", name) | ("copy", source, destination)
+             | ("delete", names)
     answer   ("ok", value) | ("meta", ObjectMeta, start, end) ("chunk", bytes)* ("end",)
              | ("error", kind, what, detail)
 
@@ -159,9 +160,16 @@ class HelperTransport:
         meta: ObjectMeta = self._call(("head", name))
         return meta
 
-    def put(self, name: str, source: Path | bytes) -> str | None:
-        etag: str | None = self._call(("put", name, str(source) if isinstance(source, Path) else source))
+    def put(self, name: str, source: Path | bytes, attributes: dict[str, str] | None = None) -> str | None:
+        etag: str | None = self._call(("put", name, str(source) if isinstance(source, Path) else source, attributes))
         return etag
+
+    def attributes(self, name: str) -> tuple[ObjectMeta, dict[str, str]]:
+        answer: tuple[ObjectMeta, dict[str, str]] = self._call(("attributes", name))
+        return answer
+
+    def copy(self, source: str, destination: str) -> None:
+        self._call(("copy", source, destination))
 
     def delete(self, names: Sequence[str]) -> None:
         self._call(("delete", list(names)))
@@ -228,7 +236,12 @@ def _serve(transport: ObstoreTransport, request: tuple[Any, ...], out: IO[bytes]
         value = transport.head(request[1])
     elif op == "put":
         source = request[2]
-        value = transport.put(request[1], Path(source) if isinstance(source, str) else source)
+        value = transport.put(request[1], Path(source) if isinstance(source, str) else source, request[3])
+    elif op == "attributes":
+        value = transport.attributes(request[1])
+    elif op == "copy":
+        transport.copy(request[1], request[2])
+        value = None
     elif op == "delete":
         transport.delete(request[1])
         value = None

@@ -13,7 +13,9 @@ scrubbed of secrets. obstore is not fork-safe: see ``dataprep.remote.client``.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import mmap
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -148,18 +150,58 @@ class ObstoreTransport:
         except Exception as err:  # noqa: BLE001
             raise translate(err, f"get {self.url.child(name)} (body)") from None
 
-    def put(self, name: str, source: Path | bytes) -> str | None:
-        """Store ``source`` (a local file or bytes) as ``name``; its ETag. Multipart above ``part_bytes``."""
+    def put(self, name: str, source: Path | bytes, attributes: dict[str, str] | None = None) -> str | None:
+        """Store ``source`` (a local file or bytes) as ``name``; its ETag. Multipart above ``part_bytes``
+        (or ``max_single_put_bytes`` when set).
+
+        ``attributes``: user metadata stored with the object (S3 ``x-amz-meta-*``; read back by
+        ``attributes``). A single PUT of a file sends it memory-mapped: its bytes stay in the page
+        cache, not in this process's heap, however large the object.
+        """
         size = source.stat().st_size if isinstance(source, Path) else len(source)
         if self.url.is_local:
             os.makedirs(self.url.prefix, exist_ok=True)  # a new output folder, as for a new prefix in a bucket
+        multipart = size > (self.config.max_single_put_bytes or self.config.part_bytes)
         try:
-            result = self._obs.put(self._store, name, source, use_multipart=size > self.config.part_bytes,
-                                   chunk_size=self.config.part_bytes)
+            if isinstance(source, Path) and not multipart and size:
+                result = self._put_mapped(name, source, attributes)
+            else:
+                result = self._put(name, b"" if isinstance(source, Path) and not size else source, multipart,
+                                   attributes)
         except Exception as err:  # noqa: BLE001
             raise translate(err, f"put {self.url.child(name)}") from None
         etag = result.get("e_tag")
         return str(etag) if etag is not None else None
+
+    def _put_mapped(self, name: str, source: Path, attributes: dict[str, str] | None) -> Any:
+        """One PUT of a file's bytes, memory-mapped. A failed request may still hold the mapping's buffer
+        (its traceback does): the mapping is then left to the garbage collector, not closed under it."""
+        with open(source, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return self._put(name, memoryview(mapped), False, attributes)
+        finally:
+            with contextlib.suppress(BufferError):
+                mapped.close()
+
+    def _put(self, name: str, source: Any, multipart: bool, attributes: dict[str, str] | None) -> Any:
+        return self._obs.put(self._store, name, source, use_multipart=multipart, chunk_size=self.config.part_bytes,
+                             attributes=attributes or None)
+
+    def attributes(self, name: str) -> tuple[ObjectMeta, dict[str, str]]:
+        """The object's metadata and the attributes it was stored with (one HEAD request)."""
+        try:
+            result = self._obs.get(self._store, name, options={"head": True})
+            return _meta(result.meta), {str(k): str(v) for k, v in result.attributes.items()}
+        except Exception as err:  # noqa: BLE001
+            raise translate(err, f"head {self.url.child(name)}") from None
+
+    def copy(self, source: str, destination: str) -> None:
+        """Copy object ``source`` to ``destination`` inside the store (server side; attributes kept)."""
+        try:
+            self._obs.copy(self._store, source, destination)
+        except Exception as err:  # noqa: BLE001
+            raise translate(err, f"copy {self.url.child(source)} to {self.url.child(destination)}") from None
 
     def delete(self, names: Sequence[str]) -> None:
         try:

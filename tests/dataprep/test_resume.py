@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep import run_modes, shard
+from dataprep import output, run_modes, shard
 from dataprep.cli import main
 from dataprep.manifest import read_manifest
 from tests.dataprep.helpers import REPO, STATE_DIR, assert_same_output, image_file, shard_cli
@@ -59,7 +59,7 @@ def test_kill_after_the_manifest_leaves_a_finished_output(tmp_path, monkeypatch,
     raw = _images(tmp_path / "raw", 6)
     out, clean = tmp_path / "out", tmp_path / "clean"
     with monkeypatch.context() as patch:
-        patch.setattr(shard, "finish", lambda out: (_ for _ in ()).throw(_Killed()))
+        patch.setattr(output.LocalOutput, "finish", lambda self: (_ for _ in ()).throw(_Killed()))
         with pytest.raises(_Killed):
             shard_cli(raw, out, "--workers", "1")
     assert (out / ".dataprep").exists()
@@ -213,7 +213,7 @@ def test_kill_9_between_publishing_rejects_and_the_manifest(tmp_path):
 
 _KILL_AT_CHECKPOINT = """
 import os, signal, sys
-from dataprep import run_modes, shard
+from dataprep import output, run_modes, shard
 from dataprep.cli import main
 real, calls = shard.save_checkpoint, []
 def save_then_die(store, checkpoint):

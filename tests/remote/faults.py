@@ -14,7 +14,8 @@ the S3-compatible server at ``upstream`` (moto), keeping connections alive as S3
 rate of all of them together (a node's link: what a benchmark caps). Counters per object
 key (the path after the bucket, no query) say what the server was asked and sent:
 ``requests(key, method)``, ``body_bytes(key)``, ``ranges(key)``; ``wait_for_bytes`` blocks
-until a key's body bytes reach a mark (for a kill mid-download, without sleeping).
+until a key's body bytes reach a mark (for a kill mid-download, without sleeping);
+``log()`` is every request in the order it arrived (method, key, query).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class _Stats:
         self.body_bytes: Counter[str] = Counter()
         self.ranges: defaultdict[str, list[str]] = defaultdict(list)
         self.faults: Counter[FaultKind] = Counter()
+        self.log: list[tuple[str, str, str]] = []
 
     def add_bytes(self, key: str, n: int) -> None:
         with self.cond:
@@ -197,6 +199,11 @@ class FaultProxy:
         with self.stats.cond:
             return list(self.stats.ranges[key])
 
+    def log(self) -> list[tuple[str, str, str]]:
+        """Every request so far, in arrival order: (method, key, query)."""
+        with self.stats.cond:
+            return list(self.stats.log)
+
     def faults_applied(self, kind: FaultKind) -> int:
         with self.stats.cond:
             return self.stats.faults[kind]
@@ -207,6 +214,7 @@ class FaultProxy:
             self.stats.body_bytes.clear()
             self.stats.ranges.clear()
             self.stats.faults.clear()
+            self.stats.log.clear()
 
     def wait_for_bytes(self, key: str, nbytes: int, timeout_s: float = 60.0) -> bool:
         """Block until ``key``'s response body bytes reach ``nbytes`` (False if ``timeout_s`` passes first)."""
@@ -247,6 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         stats = self.proxy.stats
         with stats.cond:
             stats.requests[(self.command, key)] += 1
+            stats.log.append((self.command, key, parts.query))
             if self.headers.get("Range"):
                 stats.ranges[key].append(self.headers["Range"])
         fault = self.proxy.pick(self.command, key, parts.query)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import os
 import random
@@ -14,6 +15,7 @@ import pytest
 
 from dataprep.remote import (
     RemoteChangedError,
+    RemoteConfigError,
     RemoteConfig,
     RemoteError,
     RemoteNotFoundError,
@@ -202,3 +204,35 @@ def test_the_store_pickles_without_its_connection(s3_env: str, bucket: str) -> N
     copy = pickle.loads(pickle.dumps(store))
     assert copy.url == store.url and copy.config == store.config and copy.read_bytes("x") == b"1"
     assert os.getpid() == store._pid
+
+
+@pytest.mark.parametrize("mode", ["inline", "helper"])
+def test_attributes_copy_and_single_puts_up_to_a_bound(s3_env: str, bucket: str, proxy: FaultProxy,
+                                                       mode: str) -> None:
+    """What dataprep's output needs: a sha256 kept with the object, a copy in the store that keeps it, and a file
+    above ``part_bytes`` still in one PUT when ``max_single_put_bytes`` allows (no multipart upload to leave open)."""
+    config = dataclasses.replace(FAST, timeout_s=30.0, stall_s=10.0, part_bytes=5 * MIB, max_single_put_bytes=8 * MIB,
+                                 transport=mode)
+    with RemoteStore(f"s3://{bucket}/ds", config) as store:
+        store.put("a.bin", _data(6 * MIB, 3), attributes={"sha256": "abc"})
+        assert proxy.requests("ds/a.bin", "PUT") == 1 and proxy.requests("ds/a.bin", "POST") == 0
+        store.copy("a.bin", "b.bin")
+        meta, attributes = store.attributes("b.bin")
+        assert meta.size == 6 * MIB and attributes["sha256"] == "abc"
+        assert proxy.requests("ds/b.bin", "PUT") == 1 and proxy.requests("ds/a.bin", "GET") == 0  # copied in the store
+        assert store.read_bytes("b.bin") == _data(6 * MIB, 3)
+    with pytest.raises(RemoteConfigError, match="max_single_put_bytes"):
+        RemoteConfig(max_single_put_bytes=6 * 2**30)
+
+
+def test_a_file_sent_in_one_put_is_retried_after_a_refusal(s3_env: str, bucket: str, proxy: FaultProxy,
+                                                           tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A memory-mapped file whose PUT failed more often than the transport retries: the client sends it again,
+    and its log names the store's refusal (not the mapping, which the failed request may still hold)."""
+    source = tmp_path / "f.bin"
+    source.write_bytes(_data(MIB, 4))
+    proxy.add(Fault(FaultKind.SLOWDOWN, method="PUT", key="ds/f.bin", times=FAST.request_retries + 1))
+    with caplog.at_level(logging.INFO, logger="dataprep.remote"), RemoteStore(f"s3://{bucket}/ds", FAST) as store:
+        store.put("f.bin", source)
+        assert store.read_bytes("f.bin") == _data(MIB, 4) and store.retries.value >= 1
+    assert "retrying put" in caplog.text and "SlowDown" in caplog.text and "BufferError" not in caplog.text

@@ -1,0 +1,3 @@
+"""The object-storage fixtures (``tests.remote.fixtures``: moto's S3 server, the fault proxy) for dataprep's runs."""
+
+from tests.remote.fixtures import bucket, proxy, s3_env, s3_server  # noqa: F401
