@@ -128,7 +128,9 @@ def make_loader(row: str, shard_dir: Path, image_field: str, *, workers: int, ba
         return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
                                            generator=torch.Generator().manual_seed(seed))
     worker_type = {OURS_FUSED: "thread", OURS_PIL: "auto", OURS_PIL_PROCESS: "process"}[row]
-    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+    # Not persistent, as stock's default: each epoch's worker processes end with it, so their CPU
+    # time is in RUSAGE_CHILDREN when run_epoch reads it.
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, persistent_workers=False,
                       worker_type=worker_type if workers else "auto", seed=seed)
 
 
