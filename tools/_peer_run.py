@@ -36,13 +36,15 @@ RATIO = (3 / 4, 4 / 3)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 STOCK_UINT8, STOCK_FLOAT32, OURS_FUSED, OURS_PIL = "stock-uint8", "stock-float32", "ours-fused", "ours-pil"
-ROWS = (STOCK_UINT8, STOCK_FLOAT32, OURS_FUSED, OURS_PIL)
+OURS_PIL_PROCESS = "ours-pil-process"
+ROWS = (STOCK_UINT8, STOCK_FLOAT32, OURS_FUSED, OURS_PIL, OURS_PIL_PROCESS)
 REFERENCE = STOCK_UINT8
 ROW_NOTES = {
     STOCK_UINT8: "torch DataLoader, process workers, PIL transform -> uint8 CHW",
     STOCK_FLOAT32: "torch DataLoader, process workers, PIL transform -> float32 CHW normalised",
     OURS_FUSED: "loaders.DataLoader, thread workers, RandomResizedCropDecode -> uint8 HWC",
     OURS_PIL: "loaders.DataLoader, worker_type auto, the same PIL transform -> uint8 CHW",
+    OURS_PIL_PROCESS: "loaders.DataLoader, worker_type process, the same PIL transform -> uint8 CHW",
 }
 CEILING_PASSES = 3
 
@@ -84,7 +86,8 @@ class PilCrop:
 
 @dataclass(frozen=True)
 class EpochRun:
-    """One row in one round: ``samples`` in ``batches`` batches; wall seconds; CPU seconds (process + reaped children)."""
+    """One row in one round: ``samples`` in ``batches`` batches; wall seconds; CPU seconds (process + reaped
+    children)."""
 
     round_index: int
     samples: int
@@ -114,21 +117,29 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def make_loader(row: str, shard_dir: Path, image_field: str, *, workers: int, batch_size: int, seed: int) -> tuple[Any, str]:
-    """(a fresh loader for ``row``, its worker type); workers are not persistent: one epoch each."""
-    common = {"batch_size": batch_size, "shuffle": True, "num_workers": workers}
+def make_loader(row: str, shard_dir: Path, image_field: str, *, workers: int, batch_size: int, seed: int) -> Any:
+    """A fresh loader for ``row``; workers are not persistent: one epoch each."""
     if row == OURS_FUSED:
-        dataset = ShardDataset(shard_dir, fields=(image_field,), seed=seed,
-                               transform=RandomResizedCropDecode(OUTPUT_SIZE, scale=SCALE, ratio=RATIO, field=image_field))
-        worker_type = "thread" if workers else "main"
-        return DataLoader(dataset, worker_type="thread" if workers else "auto", seed=seed, **common), worker_type
-    transform = PilCrop(image_field, normalise=row == STOCK_FLOAT32)
+        transform: Any = RandomResizedCropDecode(OUTPUT_SIZE, scale=SCALE, ratio=RATIO, field=image_field)
+    else:
+        transform = PilCrop(image_field, normalise=row == STOCK_FLOAT32)
     dataset = ShardDataset(shard_dir, fields=(image_field,), seed=seed, transform=transform)
-    if row == OURS_PIL:
-        worker_type = ("thread" if getattr(dataset, "releases_gil", False) else "process") if workers else "main"
-        return DataLoader(dataset, worker_type="auto", seed=seed, **common), f"auto ({worker_type})"
-    loader = torch.utils.data.DataLoader(dataset, generator=torch.Generator().manual_seed(seed), **common)
-    return loader, "process" if workers else "main"
+    if row in (STOCK_UINT8, STOCK_FLOAT32):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                           generator=torch.Generator().manual_seed(seed))
+    worker_type = {OURS_FUSED: "thread", OURS_PIL: "auto", OURS_PIL_PROCESS: "process"}[row]
+    # Not persistent, as stock's default: each epoch's worker processes end with it, so their CPU
+    # time is in RUSAGE_CHILDREN when run_epoch reads it.
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, persistent_workers=False,
+                      worker_type=worker_type if workers else "auto", seed=seed)
+
+
+def worker_label(row: str, loader: Any, workers: int) -> str:
+    """The workers ``loader`` ran with: "process", "thread" or "main"; ``OURS_PIL``'s as "auto (what it chose)"."""
+    if not workers:
+        return "main"
+    chosen = str(getattr(getattr(loader, "worker_type", None), "value", "process"))  # the stock loader: processes
+    return f"auto ({chosen})" if row == OURS_PIL else chosen
 
 
 def run_epoch(loader: Any, max_batches: int | None, round_index: int) -> EpochRun:
@@ -159,7 +170,9 @@ def run_epoch(loader: Any, max_batches: int | None, round_index: int) -> EpochRu
         multiprocessing.active_children()  # reaps any finished multiprocessing children
     cpu = cpu_seconds() - cpu0
     seconds = (last_at if batches else time.perf_counter()) - start
-    return EpochRun(round_index, samples, batches, seconds, (first_at - start) if batches else seconds, first_samples, cpu)
+    return EpochRun(round_index=round_index, samples=samples, batches=batches, seconds=seconds,
+                    first_batch_s=(first_at - start) if batches else seconds, first_batch_samples=first_samples,
+                    cpu_seconds=cpu)
 
 
 def sample_bytes(shard_dir: Path, image_field: str, count: int) -> list[bytes]:

@@ -1,4 +1,10 @@
-"""Synthetic data for gpu_bench and device_suite: raw image trees (``dataprep.synthetic``) and their shards."""
+"""Synthetic data for the benchmarks: raw image trees (``dataprep.synthetic``'s photos) and their shards.
+
+Two kinds of photo trees: ``make_raw_images`` (``dataprep.synthetic``'s ImageNet-like size mix:
+80% about 500x375, 10% 1024x768, 10% 320x240) and ``make_uniform_images`` (every photo about
+500x375, the same content and JPEG quality draw), named for ``tools.peer_bench --photos`` in
+``PHOTO_KINDS``.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +55,50 @@ def make_raw_images(root: Path, images: int, *, classes: int = 10) -> Path:
                 os.replace(path, target)
         shutil.rmtree(root / f"gen-{k}")
     return merged
+
+
+MIXED, UNIFORM = "mixed", "500x375"
+PHOTO_KINDS = {
+    MIXED: "dataprep.synthetic's ImageNet-like size mix (80% ~500x375, 10% 1024x768, 10% 320x240)",
+    UNIFORM: "every photo ~500x375 (long side 470-500, 70% landscape), as issue 20's benchmark",
+}
+_UNIFORM_SEED = 7  # not dataprep.synthetic's seeds: other photos than the mixed tree's
+
+
+def make_uniform_images(root: Path, images: int, *, classes: int = 10) -> Path:
+    """An image-folder tree of exactly ``images`` photo-like JPEGs of about 500x375 (either way) under
+    ``root``/images: ``dataprep.synthetic``'s photo content and JPEG quality draw (87-96), baseline
+    4:2:0, written by up to one child process per core. Deterministic in ``images``."""
+    from loaders import cpus_available
+
+    chunks = max(1, min(cpus_available(), images // 64))
+    bounds = [images * k // chunks for k in range(chunks + 1)]
+    code = ("import sys; from pathlib import Path; from tools._synthetic import write_uniform_photos; "
+            "write_uniform_photos(Path(sys.argv[1]), range(int(sys.argv[2]), int(sys.argv[3])), int(sys.argv[4]))")
+    out = root / "images"
+    children = [subprocess.Popen([sys.executable, "-c", code, os.fspath(out), str(bounds[k]), str(bounds[k + 1]),
+                                  str(classes)], cwd=REPO_ROOT, stderr=subprocess.PIPE) for k in range(chunks)]
+    for k, child in enumerate(children):
+        _, err = child.communicate()
+        if child.returncode != 0:
+            raise ToolError(f"making 500x375 photos (chunk {k}) failed: {err.decode(errors='replace')[-300:]}")
+    return out
+
+
+def write_uniform_photos(out: Path, indices: Iterable[int], classes: int) -> None:
+    """Write photo ``i`` of ``make_uniform_images`` for each i in ``indices``: ``out/class_KK/img_IIIII.jpg``."""
+    import numpy as np
+
+    from dataprep.synthetic.photos import encode_jpeg, photo_like
+
+    for index in indices:
+        rng = np.random.default_rng([_UNIFORM_SEED, index])
+        long_side = int(rng.integers(470, 501))  # dataprep.synthetic's ~500x375 draw
+        short_side = int(round(long_side * rng.uniform(0.7, 0.8)))
+        height, width = (short_side, long_side) if rng.random() < 0.7 else (long_side, short_side)
+        path = out / f"class_{index % classes:02d}" / f"img_{index:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_jpeg(photo_like(height, width, rng), rng))
 
 
 def rgb_jpegs(datas: Iterable[bytes]) -> list[bytes]:

@@ -1,12 +1,30 @@
 /* loaders._jpeg_region: decode one rectangle of a JPEG with libjpeg-turbo's partial decompression.
  *
+ * bind_libjpeg(path) -> str: take the jpeg_* functions from the library loaded as `path` (a
+ *     shared object: Pillow's PIL._imaging, whose libjpeg they are then, or a libjpeg itself)
  * decode_region(data, out, left, top, width, height, scale) -> (x, width, height)
  * pack_rgb(src, dst, width, height, flip): RGBX -> packed RGB, mirrored with flip (src: bytes,
  *     or a Pillow image's Arrow array capsule, read in place)
  *
+ * This module is built against libjpeg-turbo's headers only and links no libjpeg: the
+ * full-decode path decodes with whatever libjpeg Pillow carries (the system's for a
+ * source build such as Pillow-SIMD; its own copy, another version, in the stock wheel),
+ * and libjpeg-turbo versions differ in the last bit of some pixels. bind_libjpeg resolves
+ * every function this module calls with dlsym on `path`'s handle, which searches that
+ * object and the libraries it was linked with: the very copy Pillow calls. It checks the
+ * ABI (jpeg_CreateDecompress refuses another JPEG_LIB_VERSION or struct size; the refusal is
+ * trapped) and returns the file the functions live in; OSError when a function is missing
+ * or the ABI differs, and then nothing is bound. decode_region raises RuntimeError until a
+ * bind succeeded. Binding is once per process: a later call must name the same library.
+ *
+ * decode_region:
  *   data    the encoded JPEG (any bytes-like object)
- *   out     a writable buffer the pixels go into: uint8 RGBX rows, 4 bytes per pixel,
- *           rows packed (stride = 4 * returned width)
+ *   out     a writable buffer laid out as the whole image decoded at 1/scale: uint8 RGBX,
+ *           4 bytes per pixel, rows of 4 * that width; only the rectangle's pixels are
+ *           written, at their place (the rows below it need no room). So a resize of the
+ *           buffer as the whole image, with the full decode's own box, reads the same pixels
+ *           at the same coordinates as the full decode (Pillow's float arithmetic, and stock
+ *           Pillow's choice of which resize pass runs first, depend on both)
  *   left, top, width, height
  *           the rectangle wanted, in pixels of the image decoded at 1/scale
  *           (scale 1, 2, 4 or 8: libjpeg's scaled IDCT, as Pillow's draft mode)
@@ -30,6 +48,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +61,32 @@
 #endif
 
 #define RGBX_BYTES 4
+
+/* The libjpeg functions this module calls, typed by jpeglib.h's declarations, resolved by
+ * bind_libjpeg (jpeglib.h's jpeg_create_decompress is a macro over jpeg_CreateDecompress). */
+typedef struct {
+    __typeof__(&jpeg_std_error) std_error;
+    __typeof__(&jpeg_CreateDecompress) create_decompress;
+    __typeof__(&jpeg_destroy_decompress) destroy_decompress;
+    __typeof__(&jpeg_mem_src) mem_src;
+    __typeof__(&jpeg_read_header) read_header;
+    __typeof__(&jpeg_start_decompress) start_decompress;
+    __typeof__(&jpeg_crop_scanline) crop_scanline;
+    __typeof__(&jpeg_skip_scanlines) skip_scanlines;
+    __typeof__(&jpeg_read_scanlines) read_scanlines;
+    __typeof__(&jpeg_abort_decompress) abort_decompress;
+} LibJpeg;
+
+static const char *const LIBJPEG_NAMES[] = {
+    "jpeg_std_error", "jpeg_CreateDecompress", "jpeg_destroy_decompress", "jpeg_mem_src", "jpeg_read_header",
+    "jpeg_start_decompress", "jpeg_crop_scanline", "jpeg_skip_scanlines", "jpeg_read_scanlines",
+    "jpeg_abort_decompress",
+};
+#define LIBJPEG_FUNCTIONS (sizeof LIBJPEG_NAMES / sizeof LIBJPEG_NAMES[0])
+_Static_assert(sizeof(LibJpeg) == LIBJPEG_FUNCTIONS * sizeof(void (*)(void)), "one name per LibJpeg member");
+
+static LibJpeg lib;            /* written once, by the first successful bind_libjpeg, under the GIL */
+static PyObject *bound_file;   /* the file lib's functions live in; NULL until then */
 
 typedef struct {
     struct jpeg_error_mgr base;
@@ -79,60 +124,150 @@ static Outcome decode(Job *job) {
     struct jpeg_decompress_struct cinfo;
     ErrorTrap trap;
 
-    cinfo.err = jpeg_std_error(&trap.base);
+    cinfo.err = lib.std_error(&trap.base);
     trap.base.error_exit = trap_error;
     trap.base.emit_message = trap_message;
-    jpeg_create_decompress(&cinfo);
+    cinfo.mem = NULL;  /* what jpeg_destroy_decompress reads if jpeg_CreateDecompress fails early */
     if (setjmp(trap.escape)) {
         snprintf(job->message, sizeof job->message, "libjpeg: %s", trap.message);
-        jpeg_destroy_decompress(&cinfo);
+        lib.destroy_decompress(&cinfo);
         return BAD_DATA;
     }
-    jpeg_mem_src(&cinfo, job->data, (unsigned long)job->size);
-    jpeg_read_header(&cinfo, TRUE);
+    lib.create_decompress(&cinfo, JPEG_LIB_VERSION, sizeof cinfo);
+    lib.mem_src(&cinfo, job->data, (unsigned long)job->size);
+    lib.read_header(&cinfo, TRUE);
     if (cinfo.arith_code || (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_GRAYSCALE
                              && cinfo.jpeg_color_space != JCS_RGB)) {
         snprintf(job->message, sizeof job->message, "%s JPEGs are not decoded on this path",
                  cinfo.arith_code ? "arithmetic-coded" : "CMYK and YCCK");
-        jpeg_destroy_decompress(&cinfo);
+        lib.destroy_decompress(&cinfo);
         return UNSUPPORTED;
     }
     cinfo.out_color_space = JCS_EXT_RGBX;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)job->scale;
-    jpeg_start_decompress(&cinfo);
+    lib.start_decompress(&cinfo);
     if (job->left < 0 || job->top < 0 || job->width <= 0 || job->height <= 0
         || (JDIMENSION)(job->left + job->width) > cinfo.output_width
         || (JDIMENSION)(job->top + job->height) > cinfo.output_height) {
         snprintf(job->message, sizeof job->message,
                  "region (left %d, top %d, width %d, height %d) does not fit the %ux%u image decoded at 1/%d",
                  job->left, job->top, job->width, job->height, cinfo.output_width, cinfo.output_height, job->scale);
-        jpeg_destroy_decompress(&cinfo);
+        lib.destroy_decompress(&cinfo);
         return BAD_REGION;
+    }
+    size_t stride = (size_t)cinfo.output_width * RGBX_BYTES;
+    JDIMENSION end = (JDIMENSION)(job->top + job->height);
+    if (stride * end > job->out_size) {
+        snprintf(job->message, sizeof job->message,
+                 "output buffer holds %zu bytes, the region needs %zu (rows 0..%u of the %ux%u image decoded at 1/%d)",
+                 job->out_size, stride * end, end - 1, cinfo.output_width, cinfo.output_height, job->scale);
+        lib.destroy_decompress(&cinfo);
+        return TOO_SMALL;
     }
     JDIMENSION x = (JDIMENSION)job->left, width = (JDIMENSION)job->width;
     if (width < cinfo.output_width)
-        jpeg_crop_scanline(&cinfo, &x, &width);
-    size_t stride = (size_t)width * RGBX_BYTES;
-    if (stride * (size_t)job->height > job->out_size) {
-        snprintf(job->message, sizeof job->message, "output buffer holds %zu bytes, the region needs %zu",
-                 job->out_size, stride * (size_t)job->height);
-        jpeg_destroy_decompress(&cinfo);
-        return TOO_SMALL;
-    }
+        lib.crop_scanline(&cinfo, &x, &width);
     if (job->top > 0)
-        jpeg_skip_scanlines(&cinfo, (JDIMENSION)job->top);
-    JDIMENSION end = (JDIMENSION)(job->top + job->height);
+        lib.skip_scanlines(&cinfo, (JDIMENSION)job->top);
     while (cinfo.output_scanline < end) {
-        JSAMPROW row = job->out + (size_t)(cinfo.output_scanline - (JDIMENSION)job->top) * stride;
-        jpeg_read_scanlines(&cinfo, &row, 1);
+        JSAMPROW row = job->out + (size_t)cinfo.output_scanline * stride + (size_t)x * RGBX_BYTES;
+        lib.read_scanlines(&cinfo, &row, 1);
     }
-    jpeg_abort_decompress(&cinfo);  /* the rows below are never decoded */
-    jpeg_destroy_decompress(&cinfo);
+    lib.abort_decompress(&cinfo);  /* the rows below are never decoded */
+    lib.destroy_decompress(&cinfo);
     job->x = (int)x;
     job->out_width = (int)width;
     job->out_height = job->height;
     return OK;
+}
+
+/* Whether `candidate` can decode with this module's structs: jpeg_CreateDecompress checks the
+ * caller's JPEG_LIB_VERSION and struct size and refuses a mismatch through error_exit (trapped
+ * here). Fills `message` and returns 0 on a refusal. */
+static int abi_matches(const LibJpeg *candidate, char *message, size_t size) {
+    struct jpeg_decompress_struct cinfo;
+    ErrorTrap trap;
+
+    cinfo.err = candidate->std_error(&trap.base);
+    trap.base.error_exit = trap_error;
+    trap.base.emit_message = trap_message;
+    cinfo.mem = NULL;
+    if (setjmp(trap.escape)) {
+        snprintf(message, size, "%s", trap.message);
+        candidate->destroy_decompress(&cinfo);
+        return 0;
+    }
+    candidate->create_decompress(&cinfo, JPEG_LIB_VERSION, sizeof cinfo);
+    candidate->destroy_decompress(&cinfo);
+    return 1;
+}
+
+/* Fills `found` with the functions of LIBJPEG_NAMES as `handle` resolves them (the object, then
+ * the libraries it was linked with, breadth first: the dynamic linker's own order): 1, or 0 with
+ * OSError set naming the first one missing. */
+static int resolve(void *handle, const char *path, LibJpeg *found) {
+    void *symbols[LIBJPEG_FUNCTIONS];
+    for (size_t k = 0; k < LIBJPEG_FUNCTIONS; k++) {
+        symbols[k] = dlsym(handle, LIBJPEG_NAMES[k]);
+        if (symbols[k] == NULL) {
+            PyErr_Format(PyExc_OSError, "%s: no %s in it or the libraries it loads (not libjpeg-turbo >= 1.5, "
+                         "or not linked with one)", path, LIBJPEG_NAMES[k]);
+            return 0;
+        }
+    }
+    memcpy(found, symbols, sizeof *found);  /* POSIX: dlsym's object pointers are function pointers */
+    return 1;
+}
+
+static PyObject *bind_libjpeg(PyObject *self, PyObject *args) {
+    PyObject *path_obj;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path_obj))
+        return NULL;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);  /* the same handle if it is loaded already */
+    if (handle == NULL) {
+        PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    LibJpeg found;
+    char message[JMSG_LENGTH_MAX];
+    Dl_info info;
+    PyObject *where = NULL;
+    int keep = 0;
+    if (!resolve(handle, path, &found))
+        goto done;
+    if (dladdr(dlsym(handle, "jpeg_CreateDecompress"), &info) == 0 || info.dli_fname == NULL) {
+        PyErr_Format(PyExc_OSError, "%s: cannot tell which file jpeg_CreateDecompress comes from", path);
+        goto done;
+    }
+    where = PyUnicode_DecodeFSDefault(info.dli_fname);
+    if (where == NULL)
+        goto done;
+    if (!abi_matches(&found, message, sizeof message)) {
+        PyErr_Format(PyExc_OSError, "%S (from %s) does not match the libjpeg headers this module was built with "
+                     "(JPEG_LIB_VERSION %d): %s", where, path, JPEG_LIB_VERSION, message);
+        Py_CLEAR(where);
+        goto done;
+    }
+    if (bound_file != NULL) {  /* decode() may be running in other threads: never swap the functions */
+        if (memcmp(&found, &lib, sizeof lib) != 0) {
+            PyErr_Format(PyExc_OSError, "libjpeg is bound to %S already; %s resolves another (%S)", bound_file,
+                         path, where);
+            Py_CLEAR(where);
+        }
+        goto done;
+    }
+    lib = found;
+    Py_INCREF(where);
+    bound_file = where;
+    keep = 1;  /* never closed: the functions must stay mapped */
+done:
+    Py_DECREF(path_obj);
+    if (!keep)
+        dlclose(handle);
+    return where;
 }
 
 static PyObject *decode_region(PyObject *self, PyObject *args) {
@@ -146,6 +281,11 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
         return PyErr_Format(PyExc_ValueError, "scale must be 1, 2, 4 or 8 (got %d)", job.scale);
+    }
+    if (bound_file == NULL) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return PyErr_Format(PyExc_RuntimeError, "decode_region: no libjpeg bound yet (call bind_libjpeg first)");
     }
     job.data = data.buf;
     job.size = (size_t)data.len;
@@ -285,12 +425,16 @@ static PyObject *pack_rgb(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"bind_libjpeg", bind_libjpeg, METH_VARARGS,
+     "bind_libjpeg(path) -> str: decode with the libjpeg that the shared object loaded as `path` (or a libjpeg "
+     "itself) uses; returns that library's file. OSError if it has none, or another ABI (see the module source)."},
     {"pack_rgb", pack_rgb, METH_VARARGS,
      "pack_rgb(src, dst, width, height, flip): RGBX rows (bytes, or a Pillow image's Arrow array "
      "capsule) -> packed RGB rows in `dst`, mirrored with flip; GIL released."},
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, out, left, top, width, height, scale) -> (x, width, height): decode one "
-     "rectangle of a JPEG at 1/scale into `out` as packed uint8 RGBX rows (see the module source)."},
+     "rectangle of a JPEG at 1/scale into `out`, laid out as the whole image in uint8 RGBX rows (see the module "
+     "source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -304,7 +448,7 @@ PyMODINIT_FUNC PyInit__jpeg_region(void) {
     has_ssse3 = __builtin_cpu_supports("ssse3");
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION", LIBJPEG_TURBO_VERSION_NUMBER) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "JPEG_LIB_VERSION", JPEG_LIB_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

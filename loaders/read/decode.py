@@ -6,8 +6,8 @@ that scale, so large photos cost a fraction of a full decode. Other formats deco
 
 The fused crop path (``decode_crop_resize``) decodes only the rows and columns the resize
 reads where the ``loaders.read._jpeg_region`` extension is built (``loaders.read.region``:
-same pixels, 22% less CPU for the fused transform on ImageNet-like photos:
-``tools.region_bench``); elsewhere it decodes whole images.
+the same pixels bit for bit, decoded by Pillow's own libjpeg; 22% less CPU for the fused
+transform on ImageNet-like photos: ``tools.region_bench``); elsewhere it decodes whole images.
 
 Two JPEG backends, both on libjpeg-turbo: Pillow (Pillow-SIMD where installed) and
 simplejpeg. Pillow is the default and the one obvious path: ``tools.decode_bench`` puts
@@ -77,13 +77,13 @@ def available_backends() -> tuple[Backend, ...]:
 
 
 def active_backend() -> str:
-    """Which library decodes JPEG by default, e.g. ``"pillow-simd 12.1.1.post0 / libjpeg-turbo 2.1.5"``."""
+    """Which library decodes JPEG by default, e.g. ``"pillow-simd 12.1.1.post0 / libjpeg-turbo 2.1.5 / partial
+    decode on (libjpeg: /lib/x86_64-linux-gnu/libjpeg.so.62)"``."""
     pil = Image.__version__
     name = "pillow-simd" if ".post" in pil else "pillow"  # Pillow-SIMD versions carry a .postN suffix
     turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
     jpeg_lib = f"libjpeg-turbo {turbo}" if turbo else f"libjpeg {features.version('jpg')}"
-    lane = "on" if region.is_available() else "off (loaders.read._jpeg_region not built)"
-    return f"{name} {pil} / {jpeg_lib} / partial decode {lane}"
+    return f"{name} {pil} / {jpeg_lib} / partial decode {region.lane_status()}"
 
 
 def image_size(data: bytes) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""tools.peer_bench: our loader vs the stock DataLoader on the same JPEG bytes, interleaved rounds (issue 15)."""
+"""tools.peer_bench: our loader vs the stock DataLoader on the same JPEG bytes, interleaved rounds (issues 15, 20)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from tools import peer_bench
-from tools._synthetic import make_raw_images, shard
-from tools.peer_bench import REFERENCE, ROWS, BenchConfig, PilCrop, round_orders, run_bench
+from tools._synthetic import make_raw_images, make_uniform_images, shard
+from tools.peer_bench import MIXED, RAW, REFERENCE, ROWS, UNIFORM, BenchConfig, PilCrop, round_orders, run_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,11 +31,13 @@ def raw_and_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 
 @pytest.fixture(scope="module")
 def smoke_report(raw_and_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The JSON report of one ``--smoke`` run (1 round, every row) on the module's raw tree."""
+    """The JSON report of one ``--smoke`` run (1 round, every row) on the module's raw tree: its one photo set's."""
     raw, _ = raw_and_shards
     path = tmp_path_factory.mktemp("peer-bench-out") / "report.json"
     assert peer_bench.main(["--smoke", "--raw", str(raw), "--json", str(path)]) == 0
-    return json.loads(path.read_text())
+    doc = json.loads(path.read_text())
+    assert list(doc["results"]["photos"]) == [RAW]
+    return {**doc, "results": doc["results"]["photos"][RAW]}
 
 
 def test_every_row_runs_and_reports(smoke_report: dict[str, Any]) -> None:
@@ -121,6 +123,8 @@ def test_the_rows_run_in_the_rotated_order(raw_and_shards: tuple[Path, Path]) ->
     (["--batch-size", "0"], "'batch_size'"),
     (["--images", "0"], "'images'"),
     (["--raw", "/nonexistent/peer-bench"], "/nonexistent/peer-bench"),
+    (["--photos", "mixed,bogus"], "'photos' must name some of mixed, 500x375"),
+    (["--photos", "mixed,mixed"], "each once"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert peer_bench.main(["--smoke", *args]) == 2
@@ -159,5 +163,42 @@ def test_end_to_end_bare_json_on_synthetic_images() -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert doc["results"]["data"]["images"] == peer_bench.SMOKE["images"]
-    assert {r["row"] for r in doc["results"]["rows"]} == set(ROWS)
+    assert list(doc["results"]["photos"]) == [MIXED, UNIFORM]  # both photo sets by default, side by side
+    for photos in doc["results"]["photos"].values():
+        assert photos["data"]["images"] == peer_bench.SMOKE["images"]
+        assert {r["row"] for r in photos["rows"]} == set(ROWS)
+
+
+def test_the_500x375_photos_are_all_about_500x375_and_deterministic(tmp_path: Path) -> None:
+    first = make_uniform_images(tmp_path / "a", 6)
+    again = make_uniform_images(tmp_path / "b", 6)
+    files = sorted(first.rglob("*.jpg"))
+    assert len(files) == 6 and [f.read_bytes() for f in files] == [f.read_bytes() for f in sorted(again.rglob("*.jpg"))]
+    for path in files:
+        with Image.open(path) as img:
+            assert 470 <= max(img.size) <= 500 and 0.69 <= min(img.size) / max(img.size) <= 0.81, img.size
+            assert img.format == "JPEG" and img.mode == "RGB"
+
+
+def test_both_photo_sets_side_by_side_in_one_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    assert peer_bench.main(["--smoke", "--images", "16", "--rows", f"{REFERENCE},ours-fused", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "photos mixed: 16 JPEGs" in out and "photos 500x375: 16 JPEGs" in out
+    assert "side by side" in out and f"x {REFERENCE}, 500x375" in out
+    photos = json.loads(path.read_text())["results"]["photos"]
+    assert list(photos) == [MIXED, UNIFORM]
+    assert photos[UNIFORM]["photos_what"].startswith("every photo ~500x375")
+    assert all(r["images_per_s"] > 0 for set_ in photos.values() for r in set_["rows"])
+
+
+def test_the_users_pil_transform_runs_in_our_worker_processes_when_asked(raw_and_shards: tuple[Path, Path]) -> None:
+    _, shards = raw_and_shards
+    report = run_bench(shards, BenchConfig(rows=(REFERENCE, "ours-pil-process"), workers=2, batch_size=8, rounds=1,
+                                           ceiling_images=2))
+    stock, ours = report.results
+    assert (stock.worker_type, ours.worker_type) == ("process", "process")
+    assert ours.epochs[0].samples == stock.epochs[0].samples == report.photos.data["images"]
+    assert ours.ratio is not None and ours.ratio > 0
+    # The same per-sample work in worker processes: their CPU time is counted (they end with the epoch).
+    assert ours.cpu_ms_per_image > 0.75 * stock.cpu_ms_per_image, (ours.cpu_ms_per_image, stock.cpu_ms_per_image)

@@ -1,8 +1,9 @@
 """The partial-decode lane (``loaders.read.region``, the ``_jpeg_region`` extension) against the full decode.
 
 The promise: the lane changes speed only. Every crop, scale, filter, flip and JPEG
-flavour gives the pixels the full-decode path gives (the lane disabled by monkeypatching
-the extension away), and damaged data raises what it raised before.
+flavour gives the pixels the full-decode path gives, bit for bit, with Pillow-SIMD and stock
+Pillow alike (the lane disabled by monkeypatching the extension away), and damaged data
+raises what it raised before.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from PIL import Image
 from loaders import DataLoader, ShardDataset
 from loaders.errors import SampleError
 from loaders.read import region
-from loaders.read.decode import Interpolation, dct_scale_for, decode_crop_resize
+from loaders.read.decode import Interpolation, dct_scale_for, decode_crop_resize, pil_filter
 from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
 from tests.loaders.helpers import photo_jpeg
 
@@ -52,14 +53,18 @@ def test_region_lane_gives_the_full_decode_pixels(flavour: str, seed: int, size:
     with Image.open(io.BytesIO(data)) as img:
         width, height = img.size
     box = random_resized_crop_box(width, height, (0.02, 1.0), (0.5, 2.0), np.random.default_rng(seed))
+    n = dct_scale_for(box[2:], size)
+    scaled_box = tuple(v / n for v in box)
+    assert region.decode_box(data, (width, height), n, scaled_box, size, pil_filter(interpolation)) is not None
     fast = decode_crop_resize(data, box, size, flip=flip, resample=interpolation)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(region, "_jpeg_region", None)
         full = decode_crop_resize(data, box, size, flip=flip, resample=interpolation)
     assert fast.shape == (size[1], size[0], 3) and fast.flags.writeable and fast.flags.c_contiguous
-    # Equal but for float rounding of the shifted box: at most one level, on a few pixels.
-    diff = np.abs(fast.astype(np.int16) - full)
-    assert diff.max() <= 1 and diff.mean() < 0.01, (flavour, box, size, interpolation)
+    # Bit for bit: the region is resized as the whole image, with the full decode's box (stock Pillow >= 13
+    # picks the order of its two resize passes from the input's size; a region resized as a small image of
+    # its own differed by one level in ~20% of the pixels of a quarter of the crops there).
+    np.testing.assert_array_equal(fast, full, err_msg=str((flavour, box, size, interpolation)))
 
 
 @pytest.mark.parametrize("box", [(0, 0, 1024, 768), (0.5, 700.25, 1023.5, 67.75), (990, 3, 34, 765),
@@ -69,7 +74,7 @@ def test_reduced_scale_and_edge_boxes_match(monkeypatch: pytest.MonkeyPatch, box
     for size in ((224, 224), (100, 75)):
         fast = decode_crop_resize(data, box, size)
         full = _full_decode(monkeypatch, lambda size=size: decode_crop_resize(data, box, size))
-        assert np.abs(fast.astype(np.int16) - full).max() <= 1, (box, size, dct_scale_for(box[2:], size))
+        np.testing.assert_array_equal(fast, full, err_msg=str((box, size, dct_scale_for(box[2:], size))))
 
 
 def test_decode_region_widens_columns_only_and_reports_them() -> None:
@@ -79,7 +84,8 @@ def test_decode_region_widens_columns_only_and_reports_them() -> None:
     assert x <= 50 and x + width >= 150 and x % 16 == 0 and height == 60
     with Image.open(io.BytesIO(data)) as img:
         expected = np.asarray(img.convert("RGB"))[40:100, x + 1:x + width - 1]
-    got = np.frombuffer(pixels, np.uint8, 4 * width * height).reshape(height, width, 4)[:, 1:-1, :3]
+    # The buffer is laid out as the whole image: the region sits at its place.
+    got = np.frombuffer(pixels, np.uint8).reshape(251, 333, 4)[40:100, x + 1:x + width - 1, :3]
     np.testing.assert_array_equal(got, expected)  # exact inside the cut's edge columns
 
 
@@ -161,4 +167,4 @@ def test_loader_batches_are_the_same_with_and_without_the_lane(image_shards, mon
     full = _full_decode(monkeypatch, epoch)
     assert len(fast) == len(full) > 1
     for a, b in zip(fast, full):
-        assert np.abs(a.astype(np.int16) - b).max() <= 1
+        np.testing.assert_array_equal(a, b)
