@@ -78,7 +78,8 @@ PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
 # tree on the device costs time and trips on test extras that are not installed there).
 GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loaders/loader/test_collate.py",
                   "tests/loaders/loader/test_buffers.py", "tests/loaders/loader/test_prefetch.py",
-                  "tests/loaders/augment/test_augment_pipeline.py", "tests/tools/test_gpu_bench.py")
+                  "tests/loaders/augment/test_augment_pipeline.py", "tests/loaders/tokens/test_loader_source.py",
+                  "tests/tools/test_gpu_bench.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
             e2e_workers=(4, 8, 16), scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), loader_batch=64,
             loader_epochs=2, pytest_targets=GPU_TEST_FILES, pytest_timeout_s=150.0)

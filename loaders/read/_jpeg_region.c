@@ -439,7 +439,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loaders._jpeg_region",
+    PyModuleDef_HEAD_INIT, "loaders.read._jpeg_region",
     "Decode one rectangle of a JPEG with libjpeg-turbo's partial decompression (GIL released).", -1, methods,
 };
 

@@ -90,7 +90,9 @@ def test_a_fifth_of_requests_failing_with_503_slowdown_still_completes(s3_env: s
                                                                        request_retries: int) -> None:
     objects = {f"o{i}.bin": _data(20_000, i) for i in range(20)}
     proxy.add(Fault(FaultKind.SLOWDOWN, method=None, key="ds/", times=None, fraction=0.2))
-    config = dataclasses.replace(FAST, request_retries=request_retries)
+    # Stalls and time-outs generous: here only the 503s may cause a request to be sent again (a slow answer
+    # on a busy machine would otherwise be retried too, and the count below would not be exact).
+    config = dataclasses.replace(FAST, request_retries=request_retries, stall_s=60.0, timeout_s=120.0)
     with RemoteStore(f"s3://{bucket}/ds", config) as store:
         for name, data in objects.items():
             store.put(name, data)

@@ -75,12 +75,16 @@ def test_at_most_max_in_flight_batches_are_requested_ahead() -> None:
 
 
 def test_exception_in_work_becomes_the_outcome_failure() -> None:
+    ran_by: dict[int, int] = {}  # job position -> the thread that ran it (threads share one inbox)
+
     def broken(worker_id: int, job: Job) -> BatchOutcome:
+        ran_by[job.position] = worker_id
         raise KeyError("bug")
 
     with ThreadWorkers(broken, num_workers=2, max_in_flight=2) as pool:
         outcome = next(pool.run(jobs(2)))
-    assert isinstance(outcome.failure, KeyError) and outcome.worker_id == 0
+    assert isinstance(outcome.failure, KeyError) and outcome.position == 0
+    assert outcome.worker_id == ran_by[0]
 
 
 def test_init_runs_once_per_thread_and_its_failure_reaches_the_consumer() -> None:
