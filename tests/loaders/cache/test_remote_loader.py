@@ -297,8 +297,9 @@ def test_a_remote_token_dataset_reads_the_local_windows_from_a_cache_holding_the
     proxy.reset_counters()
     remote = TokenDataset(url, seq_len=64, seed=3, cache=cache_of(tmp_path / "cache"))
     local = TokenDataset(folder, seq_len=64, seed=3)
-    got = list(torch.utils.data.DataLoader(remote, batch_size=8, num_workers=2, collate_fn=remote.default_collate_fn))
-    expected = list(torch.utils.data.DataLoader(local, batch_size=8, num_workers=0, collate_fn=local.default_collate_fn))
+    stock = torch.utils.data.DataLoader
+    got = list(stock(remote, batch_size=8, num_workers=2, collate_fn=remote.default_collate_fn))
+    expected = list(stock(local, batch_size=8, num_workers=0, collate_fn=local.default_collate_fn))
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         assert a.keys() == b.keys()
