@@ -79,10 +79,10 @@ def adopt_shard(path: Path) -> ShardInfo:
     if index.num_samples == 0:
         raise FormatError(f"{path}: holds no regular files; not a WebDataset shard")
     sidecar = index_path_for(path)
-    write_index(sidecar, index)
+    index_sha256 = write_index(sidecar, index)
     # Hashing reads the tar once more; index_tar only read its headers.
     return ShardInfo(name=path.name, num_samples=index.num_samples, bytes=index.shard_bytes, sha256=sha256_file(path),
-                     index=sidecar.name, fields=index.fields)
+                     index=sidecar.name, fields=index.fields, index_sha256=index_sha256)
 
 
 def _check_no_shard_run(directory: Path) -> None:

@@ -23,6 +23,7 @@ is the member path up to the first dot of its last component, the field is the r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -185,9 +186,11 @@ class ShardIndex:
                    field_size=field_size, key_end=key_end, key_blob=key_blob)
 
 
-def write_index(path: str | os.PathLike[str], index: ShardIndex) -> None:
-    """Write an index sidecar atomically (temporary name, fsync, rename)."""
-    atomic_write_bytes(path, index.to_bytes())
+def write_index(path: str | os.PathLike[str], index: ShardIndex) -> str:
+    """Write an index sidecar atomically (temporary name, fsync, rename); the hex sha256 of its bytes."""
+    data = index.to_bytes()
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_index(path: str | os.PathLike[str]) -> ShardIndex:

@@ -144,9 +144,10 @@ class _OpenShard(OpenShardFile):
         commit_tmp(self.tmp, self.final)
         index = ShardIndex.from_entries(self.name, self.position, self.entries)
         index_path = index_path_for(self.final)
-        write_index(index_path, index)
+        index_sha256 = write_index(index_path, index)
         return ShardInfo(name=self.name, num_samples=len(self.entries), bytes=self.position,
-                         sha256=self.digest.hexdigest(), index=index_path.name, fields=index.fields)
+                         sha256=self.digest.hexdigest(), index=index_path.name, fields=index.fields,
+                         index_sha256=index_sha256)
 
 
 class TarShardWriter(RollingShardWriter[_OpenShard]):

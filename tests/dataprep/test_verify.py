@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 from pathlib import Path
 
 import pyarrow as pa
@@ -177,3 +178,18 @@ def test_a_shard_file_the_manifest_does_not_name_is_a_problem(tmp_path: Path) ->
     problems = verify(tmp_path).problems
     assert len(problems) == 1
     assert problems[0].startswith("shard-000099.tar: a shard file") and "does not name" in problems[0]
+
+
+def test_a_sidecar_changed_where_its_reader_does_not_look_fails_its_sha256(tmp_path: Path) -> None:
+    manifest = make_output(tmp_path)
+    info = manifest.shards[1]
+    assert info.index is not None and info.index_sha256 is not None
+    sidecar = tmp_path / info.index
+    data = bytearray(sidecar.read_bytes())
+    header_end = 12 + struct.unpack("<I", data[8:12])[0]
+    assert header_end % 8, "the test needs the zero padding after the JSON header"
+    data[header_end] ^= 0x01  # a padding byte: the sidecar still parses and agrees with its tar
+    sidecar.write_bytes(bytes(data))
+    assert read_index(sidecar).num_samples == info.num_samples
+    [problem] = verify(tmp_path).problems
+    assert problem.startswith(f"{info.index}: sha256 ") and info.index_sha256 in problem and info.name in problem
