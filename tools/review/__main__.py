@@ -2,7 +2,7 @@
 
 Prints one table (measurement x package) and the first findings of each measurement:
 import cycles per package (every import counts, including those inside functions and under
-``TYPE_CHECKING``), tools programs importing programs, modules over 400 lines, functions
+``TYPE_CHECKING``), tools modules importing a program, modules over 400 lines, functions
 over 40, constructors over 8 parameters, classes built with more than five positional
 fields, reads of another module's private names, helper functions defined in more than one
 file, ``print`` in library code, lines over 120 characters and ``# type: ignore`` comments.

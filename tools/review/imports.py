@@ -1,4 +1,4 @@
-"""The import graph of the scanned modules, its cycles, and tools programs that import programs.
+"""The import graph of the scanned modules, its cycles, and tools modules that import a program.
 
 Every import statement counts: module level, inside functions (a lazy import that breaks a
 cycle at run time is still a cycle in the design) and under ``if TYPE_CHECKING:``. An edge
@@ -127,9 +127,11 @@ def is_program(module: Module) -> bool:
     return False
 
 
-def programs_importing_programs(modules: Sequence[Module], graph: Mapping[str, set[str]], *,
-                                package: str = "tools") -> list[tuple[str, str]]:
-    """(program, program it imports) pairs within ``package``: what two programs share belongs in
-    a library module. (A command line of a library package, such as ``dataprep.cli``, is its API.)"""
+def imports_of_programs(modules: Sequence[Module], graph: Mapping[str, set[str]], *,
+                        package: str = "tools") -> list[tuple[str, str]]:
+    """(module, program it imports) pairs within ``package``: a program is an entry point, and what
+    it shares with others belongs in a library module. (A command line of a library package,
+    such as ``dataprep.cli``, is that package's API: only ``package``'s programs count.)"""
     programs = {m.name for m in modules if m.package == package and is_program(m)}
-    return sorted((name, target) for name in sorted(programs) for target in graph.get(name, ()) if target in programs)
+    importers = sorted(m.name for m in modules if m.package == package)
+    return [(name, target) for name in importers for target in sorted(graph.get(name, ())) if target in programs]

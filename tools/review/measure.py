@@ -14,7 +14,7 @@ from typing import Any
 
 from tools.common.report import format_table
 from tools.review import scans
-from tools.review.imports import cycles, import_graph, programs_importing_programs
+from tools.review.imports import cycles, import_graph, imports_of_programs
 from tools.review.scans import Finding
 from tools.review.source import Module, load_tree
 
@@ -23,7 +23,7 @@ ALL_PACKAGES = (*CODE_PACKAGES, "tests", "examples")  # duplicates, line lengths
 # (key, label, which packages it covers); the order of the table.
 MEASURES = (
     ("cycles", "import cycles (strongly connected groups; hard rule)", CODE_PACKAGES),
-    ("program_imports", "tools programs importing programs", ("tools",)),
+    ("program_imports", "tools modules importing a program", ("tools",)),
     ("long_modules", f"modules over {scans.MAX_MODULE_LINES} lines", CODE_PACKAGES),
     ("long_functions", f"functions over {scans.MAX_FUNCTION_LINES} lines", CODE_PACKAGES),
     ("wide_constructors", f"constructors over {scans.MAX_INIT_PARAMS} parameters", CODE_PACKAGES),
@@ -78,7 +78,7 @@ def _cycle_findings(modules: Sequence[Module]) -> tuple[list[Finding], list[Find
         first = by_name[group[0]]
         groups.append(Finding(first.package, str(first.path), 1, " <-> ".join(group), len(group)))
     pairs = [Finding(by_name[a].package, str(by_name[a].path), 1, f"{a} -> {b}")
-             for a, b in programs_importing_programs(modules, graph)]
+             for a, b in imports_of_programs(modules, graph)]
     return groups, pairs
 
 

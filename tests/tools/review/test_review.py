@@ -1,5 +1,5 @@
 """tools.review: each measurement on a small tree built to trip it, the exit status on an import
-cycle, the JSON report, and this checkout itself (no cycle, no program importing a program)."""
+cycle, the JSON report, and this checkout itself (no cycle, no tools module importing a program)."""
 
 from __future__ import annotations
 
@@ -108,15 +108,20 @@ def test_duplicates_prints_lines_and_type_ignores(tmp_path: Path) -> None:
     assert [f.where() for f in result.findings["bare_type_ignores"]] == ["loaders/lib.py:4", "loaders/lib.py:5"]
 
 
-def test_a_program_importing_a_program_is_reported(tmp_path: Path) -> None:
+def test_a_module_importing_a_program_is_reported(tmp_path: Path) -> None:
     main_block = "import sys\nif __name__ == '__main__':\n    sys.exit(0)\n"
     _tree(tmp_path, {
         "tools/bench/one.py": "from tools.profile.two import helper\n" + main_block,
         "tools/profile/two.py": "def helper():\n    pass\n" + main_block,
         "tools/common/lib.py": "def shared():\n    pass\n",
+        "tools/common/runner.py": "def run():\n    from tools.profile import two\n",
         "tools/profile/three.py": "from tools.common.lib import shared\n" + main_block,
+        "tools/review/__main__.py": "from tools.common.lib import shared\n",
+        "dataprep/cli.py": main_block,
+        "tools/bench/four.py": "import dataprep.cli\n" + main_block,
     })
-    assert _names(tmp_path, "program_imports") == ["tools.bench.one -> tools.profile.two"]
+    assert _names(tmp_path, "program_imports") == ["tools.bench.one -> tools.profile.two",
+                                                   "tools.common.runner -> tools.profile.two"]
 
 
 def test_a_bad_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,6 +129,6 @@ def test_a_bad_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "not a directory" in capsys.readouterr().err
 
 
-def test_this_checkout_has_no_import_cycle_and_no_program_importing_a_program() -> None:
+def test_this_checkout_has_no_import_cycle_and_no_tools_module_importing_a_program() -> None:
     result = review(ROOT)
     assert result.findings["cycles"] == [] and result.findings["program_imports"] == []
