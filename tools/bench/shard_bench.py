@@ -56,7 +56,7 @@ from tools.common.report import ToolError, add_output_args, check_int, emit, for
 TOOL = "shard_bench"
 TARGET_RATIO = 0.90
 RESULTS_PATH = Path(__file__).resolve().parents[1] / "RESULTS.md"
-_RESULTS_HEADER = "# Measured results\n\nEntries appended by `python -m tools.<name> --record`; newest last.\n"
+_RESULTS_HEADER = "# Measured results\n\nEntries appended by `python -m tools.<folder>.<name> --record`; newest last.\n"
 
 
 @dataclass(frozen=True)
