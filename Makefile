@@ -1,6 +1,7 @@
 # shardfeed: two commands do everything on a fresh machine.
 #   make demo   set up .venv, make a sample raw dataset, shard it, load it, print throughput
 #   make test   set up .venv, run the test suite
+#   make check  set up .venv, then ruff, mypy and the structure review (python -m tools.review)
 # Override the torch requirement for another machine: TORCH=torch make demo
 # (the default pins the CPU build that installs locally in under a minute).
 # Stock Pillow instead of Pillow-SIMD (both supported, both tested):
@@ -15,18 +16,24 @@ PIP      := $(PY) -m pip --disable-pip-version-check -q
 STAMP    := $(VENV)/.installed
 DEMO     ?= demo
 DEMO_IMAGES ?= 600
+# Every extra of pyproject.toml: the packages are declared there once (tests/test_packaging.py checks).
+EXTRAS   ?= test,ray,tokens,remote,dev,plot
+LINTED   := dataprep loaders tools tests examples
 
-.PHONY: demo test venv pillow pillow-stock pillow-simd system-deps clean bench
+.PHONY: demo test check venv pillow pillow-stock pillow-simd system-deps clean bench
 
 venv: $(STAMP)
 
+# Order matters. torch first, pinned for this machine ($(TORCH): the CPU build here), so that
+# pyproject's "torch>=2.13" is met by it and pip keeps it. Then the package and its extras, from
+# pyproject.toml. Its "pillow" installs stock Pillow when only Pillow-SIMD is there (pip sees
+# pillow-simd as another distribution), so the Pillow step comes last and puts the chosen one back.
 $(STAMP): pyproject.toml setup.py loaders/read/_jpeg_region.c Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH)" numpy pyarrow webdataset pytest hypothesis simplejpeg matplotlib "ray>=2.40" \
-	  tokenizers obstore "moto[server]" megatron-core ruff mypy
+	$(PIP) install "$(TORCH)"
+	$(PIP) install -e ".[$(EXTRAS)]"
 	@$(MAKE) --no-print-directory pillow
-	$(PIP) install --no-deps -e .
 	@$(PY) -c "import loaders.read.region as r, sys; sys.exit(0 if r.is_available() else 1)" \
 	  || echo "NOTE: loaders.read._jpeg_region not built (needs cc and libjpeg62-turbo-dev): crops decode whole JPEGs (slower, same pixels)" >&2
 	touch $(STAMP)
@@ -84,8 +91,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Lint, types, then the structure review, whose hard rule (no import cycle) fails the target.
+check: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m mypy
+	$(PY) -m tools.review
+
 bench: $(STAMP)
-	$(PY) -m tools.shard_bench
+	$(PY) -m tools.bench.shard_bench
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis

@@ -32,7 +32,7 @@ sets it too.
 Why threads: ``encode`` holds the GIL (threads calling it do not scale); ``encode_batch``
 releases it for the Rust part, and what it keeps (turning ids into arrays) is 2-5% of a
 byte-level BPE's time, which bounds N threads at roughly 20-40 cores. ``python -m
-tools.token_bench`` compares ``TokenEncoder`` with the single-core rate x N, with forked
+tools.bench.token_bench`` compares ``TokenEncoder`` with the single-core rate x N, with forked
 processes on the same pieces and with the library's Rayon pool; on the shared 2-core
 development machine, busy with other work, threads spent the least CPU per token of the
 three and were the fastest, the Rayon pool the slowest.

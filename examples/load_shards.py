@@ -81,7 +81,8 @@ def main() -> None:
     print(f"{len(dataset)} samples in {len(dataset.shards.shard_names)} shards, {args.workers} workers "
           f"({loader.worker_type} mode), batch {args.batch_size}, {os.cpu_count()} CPUs")
     batch = next(iter(loader))
-    print(f"batch: image {tuple(batch['image'].shape)} {batch['image'].dtype}, cls {tuple(batch['cls'].shape)} {batch['cls'].dtype}")
+    image, cls = batch["image"], batch["cls"]
+    print(f"batch: image {tuple(image.shape)} {image.dtype}, cls {tuple(cls.shape)} {cls.dtype}")
     rates = [time_epoch(loader, f"loaders.DataLoader, shards, epoch {e}") for e in range(args.epochs)]
     if args.raw:
         stock = torch.utils.data.DataLoader(RawImageFolder(args.raw, args.size), batch_size=args.batch_size,

@@ -36,7 +36,8 @@ def test_error_trees() -> None:
     import dataprep.errors as d
     import loaders.errors as lo
 
-    for cls in (d.UsageError, d.OutputExistsError, d.FormatError, d.VerifyError, d.RejectBudgetError, d.WorkerCrashError):
+    for cls in (d.UsageError, d.OutputExistsError, d.FormatError, d.VerifyError, d.RejectBudgetError,
+                d.WorkerCrashError):
         assert issubclass(cls, d.DataprepError)
     for cls in (lo.ConfigError, lo.ShardError, lo.SampleError, lo.SkipBudgetError, lo.WorkerError):
         assert issubclass(cls, lo.LoaderError)

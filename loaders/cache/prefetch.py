@@ -19,15 +19,17 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
+from loaders.cache.config import CacheConfig
 from loaders.cache.download import DownloadStopped
 from loaders.cache.errors import CacheError
+from loaders.cache.layout import CacheLayout
 from loaders.cache.locks import lock_file, unlock_close
-from loaders.cache.space import Claim, ClaimKind
+from loaders.cache.space import Claim, ClaimKind, Space
 
 if TYPE_CHECKING:
-    from loaders.cache.cache import ShardCache
     from loaders.cache.catalog import CacheEntry
 
 __all__ = ["Prefetcher"]
@@ -38,10 +40,27 @@ _LEADER_POLL_S = 0.25  # how often a follower tries to take over
 _STOP_JOIN_S = 5.0
 
 
+class PlannedCache(Protocol):
+    """What a ``Prefetcher`` uses of the cache it serves (``ShardCache``; a protocol, so that
+    this module does not import the cache that imports it)."""
+
+    config: CacheConfig
+    layout: CacheLayout
+    space: Space
+
+    def next_uses(self) -> dict[str, float]: ...
+
+    def by_key(self, next_uses: Mapping[str, float]) -> dict[str, float]: ...
+
+    def candidates(self, next_uses: Mapping[str, float]) -> list[tuple[CacheEntry, int, float]]: ...
+
+    def download(self, entry: CacheEntry, size: int, claim: Claim, *, stop: threading.Event | None = None) -> None: ...
+
+
 class Prefetcher:
     """The prefetch thread of one process (module docstring)."""
 
-    def __init__(self, cache: ShardCache) -> None:
+    def __init__(self, cache: PlannedCache) -> None:
         self.cache = cache
         self._halt = threading.Event()  # the running thread's: set to end it and its downloads
         self._wake = threading.Event()

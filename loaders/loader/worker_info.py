@@ -11,7 +11,7 @@ libraries or shards an iterable by worker relies on both, so both are re-recorde
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data._utils import worker as torch_worker
 
@@ -26,8 +26,8 @@ def _update(**changes: Any) -> None:
     info = getattr(torch_worker, "_worker_info", None)
     if info is None:
         return
-    if dataclasses.is_dataclass(info):
-        torch_worker._worker_info = dataclasses.replace(info, **changes)
+    if dataclasses.is_dataclass(info) and not isinstance(info, type):
+        torch_worker._worker_info = cast(torch_worker.WorkerInfo, dataclasses.replace(info, **changes))
     else:  # torch < 2.13: a plain class that refuses assignment once built, so build another
         fields = {key: getattr(info, key) for key in ("id", "num_workers", "seed", "dataset")}
         torch_worker._worker_info = type(info)(**{**fields, **changes})

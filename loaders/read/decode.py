@@ -7,10 +7,10 @@ that scale, so large photos cost a fraction of a full decode. Other formats deco
 The fused crop path (``decode_crop_resize``) decodes only the rows and columns the resize
 reads where the ``loaders.read._jpeg_region`` extension is built (``loaders.read.region``:
 the same pixels bit for bit, decoded by Pillow's own libjpeg; 22% less CPU for the fused
-transform on ImageNet-like photos: ``tools.region_bench``); elsewhere it decodes whole images.
+transform on ImageNet-like photos: ``tools.bench.region_bench``); elsewhere it decodes whole images.
 
 Two JPEG backends, both on libjpeg-turbo: Pillow (Pillow-SIMD where installed) and
-simplejpeg. Pillow is the default and the one obvious path: ``tools.decode_bench`` puts
+simplejpeg. Pillow is the default and the one obvious path: ``tools.bench.decode_bench`` puts
 the two within 10% on the fused decode + crop + resize path (simplejpeg / Pillow = 0.99x
 at 500x375, 1.07x at 1024x768 on a 2-core x86_64 VM); simplejpeg's lead on a bare full
 decode (~15%) is mostly Pillow's RGBX -> RGB export, which the fused path does not pay

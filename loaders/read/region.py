@@ -5,7 +5,7 @@ A RandomResizedCrop keeps about 40% of an image. libjpeg-turbo's partial decompr
 and libjpeg-turbo's headers are present) skips the IDCT and colour conversion of every
 pixel outside the region and never reads the rows below it; the rows above it still
 need their entropy decoding (a JPEG without restart markers has no other way to find
-where a row starts). ``python -m tools.region_bench`` on a 2-core x86_64 VM, 500
+where a row starts). ``python -m tools.bench.region_bench`` on a 2-core x86_64 VM, 500
 photo-like ~500x375 JPEGs (~4.7 bits per pixel, torchvision's crop distribution), one
 core: 0.745 ms per image instead of 0.965 for the full decode, of which 0.615 is the
 entropy decoding down to the crop's last row.

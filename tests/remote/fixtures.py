@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from dataprep.manifest import FORMAT_WDS, Manifest, ShardInfo, Totals, manifest_bytes
-from tests.remote.faults import FaultProxy
+from tools.common.fault_proxy import FaultProxy
 
 __all__ = [
     "S3_ACCESS_KEY",

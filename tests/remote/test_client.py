@@ -23,7 +23,7 @@ from dataprep.remote import (
     RemoteTimeoutError,
     inline_transport_safe,
 )
-from tests.remote.faults import Fault, FaultKind, FaultProxy
+from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import S3_ACCESS_KEY, S3_REGION, S3_SECRET, S3Server
 
 FAST = RemoteConfig(timeout_s=3.0, stall_s=0.5, connect_timeout_s=0.5, backoff_s=0.01, max_backoff_s=0.1)

@@ -12,7 +12,7 @@ import pytest
 from dataprep.remote import RemoteConfig, RemoteError, RemoteStore
 from dataprep.remote.scrub import register_secret, scrub
 from loaders.cache import CacheError, ShardCache
-from tests.remote.faults import Fault, FaultKind, FaultProxy
+from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import S3_SECRET, RemoteDataset
 
 FAST = RemoteConfig(timeout_s=2.0, stall_s=0.5, connect_timeout_s=0.5, backoff_s=0.01, max_backoff_s=0.05)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.dataprep.helpers import assert_same_output, numbered_images, shard_cli
 from tests.dataprep.remote.bucket_files import download, keys, open_uploads, upload
-from tests.remote.faults import FaultProxy
+from tools.common.fault_proxy import FaultProxy
 from tests.remote.fixtures import S3_ACCESS_KEY, S3_REGION, S3_SECRET, S3Server, make_bucket, s3_server  # noqa: F401
 
 ray = pytest.importorskip("ray")

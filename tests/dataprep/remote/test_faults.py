@@ -14,7 +14,7 @@ import pytest
 from dataprep.synthetic import SyntheticReport
 from tests.dataprep.helpers import assert_same_output
 from tests.dataprep.remote.bucket_files import download, keys, open_uploads
-from tests.remote.faults import Fault, FaultKind, FaultProxy
+from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import S3_SECRET, S3Server, wait_until
 
 OPTIONS = ["--samples-per-shard", "25", "--no-progress"]

@@ -14,7 +14,7 @@ import pytest
 from dataprep.synthetic import SyntheticReport
 from tests.dataprep.helpers import assert_same_output, kill_when, table_tree
 from tests.dataprep.remote.bucket_files import client, download, keys, open_uploads
-from tests.remote.faults import FaultProxy
+from tools.common.fault_proxy import FaultProxy
 from tests.remote.fixtures import S3_SECRET, S3Server
 
 CASES = {

@@ -13,7 +13,7 @@ from pathlib import Path
 from dataprep.synthetic import SyntheticReport
 from tests.dataprep.helpers import assert_same_output
 from tests.dataprep.remote.bucket_files import client, download, flip_byte, keys
-from tests.remote.faults import FaultProxy
+from tools.common.fault_proxy import FaultProxy
 from tests.remote.fixtures import S3Server
 
 OPTIONS = ["--samples-per-shard", "25", "--no-progress"]

@@ -25,7 +25,7 @@ from loaders.cache import (
     ShardIntegrityError,
 )
 from loaders.errors import ConfigError, LoaderError
-from tests.remote.faults import Fault, FaultKind, FaultProxy
+from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import RemoteDataset, wait_until, write_dataset
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,7 +12,7 @@ from pathlib import Path
 from loaders.cache.cursors import CursorBoard
 from loaders.cache.layout import CacheLayout
 from tests.loaders.cache.remote_images import FolderWatch
-from tests.remote.faults import FaultProxy
+from tools.common.fault_proxy import FaultProxy
 from tests.remote.fixtures import RemoteDataset, write_dataset
 
 ROOT = Path(__file__).resolve().parents[3]

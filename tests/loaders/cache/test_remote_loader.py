@@ -39,7 +39,7 @@ from tests.loaders.cache.remote_images import (
     upload,
 )
 from tests.loaders.helpers import children_of_self
-from tests.remote.faults import Fault, FaultKind, FaultProxy
+from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import S3_SECRET, S3Server, wait_until
 
 BLOCK = 6  # the image folder's samples per shard: the remote default block size

@@ -1,0 +1,72 @@
+"""Plain-text tables of gpu_bench's results (also used by device_suite's log)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tools.common.report import format_table
+from tools.gpu.augment_cost import TARGET_AUGMENT_FRACTION
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def render_h2d(rows: Sequence[dict[str, Any]], title: str) -> str:
+    return format_table(["dtype", "host", "MB", "ms/batch", "GB/s", "% of link peak"],
+                        [[r["dtype"], r["host"], r["mb"], r["ms"], r["gb_s"], _pct(r.get("of_link_peak"))]
+                         for r in rows], title=title)
+
+
+def render_augment(aug: dict[str, Any], title: str) -> str:
+    table = format_table(
+        ["pipeline", "out dtype", "ms/batch", "% of step", f"< {TARGET_AUGMENT_FRACTION:.0%}"],
+        [[a.get("pipeline", "Augment"), a["out_dtype"], a["ms"], 100 * a["fraction_of_step"], a["meets_target"]]
+         for a in aug["augment"]],
+        title=f"{title}, batch {aug['batch']} at {aug['side']}px; ResNet-50 step {aug['step_ms']:.1f} ms")
+    if not aug.get("kernels"):
+        return table
+    rows = [[k["kernel"], k["calls"], k["ms"]] for k in aug["kernels"]]
+    kernels = format_table(["kernel", "calls", "ms/batch"], rows,
+                           title="Augment bfloat16: CUDA kernels by device time (torch.profiler)")
+    return f"{table}\n{kernels}"
+
+
+def render_end_to_end(e2e: dict[str, Any], title: str) -> str:
+    if "skipped" in e2e:
+        return f"{title}: skipped ({e2e['skipped']})"
+    rows = [[r["feed"], r["num_workers"], r.get("steps"), r.get("img_s"), _pct(r.get("wait_fraction")),
+             _pct(r.get("gpu_idle_fraction")), r.get("ratio_to_ceiling"), r.get("error") or r.get("skipped") or ""]
+            for r in e2e["fed"]]
+    idle = e2e.get("ceiling_gpu_idle_fraction")
+    idle_text = "" if idle is None else f", GPU idle {100 * idle:.1f}%"
+    return format_table(["feed", "workers", "timed steps", "img/s", "waiting %", "GPU idle %", "of ceiling", "note"],
+                        rows, title=f"{title}; ceiling (data already on the device) {e2e['ceiling_img_s']:.0f} img/s"
+                                    f"{idle_text}")
+
+
+def render_decode(decode: dict[str, Any], title: str) -> str:
+    if "skipped" in decode:
+        return f"{title}: skipped ({decode['skipped']})"
+    rows = [[f"CPU Pillow full decode, {decode['threads']} threads", decode["cpu_full_img_s"]],
+            [f"CPU loader crop decode, {decode['threads']} threads", decode["cpu_loader_crop_img_s"]],
+            ["GPU decode_jpeg, batched", decode.get("gpu_full_img_s")],
+            ["GPU decode_jpeg + resize", decode.get("gpu_resize_img_s")]]
+    note = f" (GPU: {decode['gpu_skipped']})" if "gpu_skipped" in decode else ""
+    return format_table(["decoder", "img/s"], rows,
+                        title=f"{title}: {decode['images']} JPEGs, mean {decode['mean_kib']:.0f} KiB{note}")
+
+
+def render(results: dict[str, Any]) -> str:
+    """The results of the parts that ran as plain-text tables."""
+    parts = []
+    if "h2d" in results:
+        parts.append(render_h2d(results["h2d"], f"1. host-to-device copy ({results['device']})"))
+    if "augment" in results:
+        parts.append(render_augment(results["augment"], "2. augment"))
+    if "end_to_end" in results:
+        parts.append(render_end_to_end(results["end_to_end"], "3. end to end"))
+    if "gpu_decode" in results:
+        parts.append(render_decode(results["gpu_decode"], "4. JPEG decode"))
+    return "\n\n".join(parts)
