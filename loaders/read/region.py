@@ -40,10 +40,12 @@ caller then takes the full decode, which words any error, so damaged data behave
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -57,7 +59,7 @@ try:
 except ImportError:  # no compiler or libjpeg-turbo headers at install: full decodes only
     _jpeg_region = None
 
-__all__ = ["as_array", "decode_box", "is_available", "lane_status", "libjpeg_file"]
+__all__ = ["as_array", "decode_box", "decode_region", "is_available", "lane_disabled", "lane_status", "libjpeg_file"]
 
 RGBX_BYTES = 4
 EDGE_PIXELS = 2  # beyond the filter's reach: a cut column is upsampled as an image edge (one column)
@@ -93,9 +95,33 @@ if _libjpeg_file is None and _jpeg_region is not None:
     logger.info("partial JPEG decode off, crops decode whole images: %s", _lane_off_because)
 
 
+_switched_off = threading.Event()  # set inside ``lane_disabled``: decode_box declines, crops decode in full
+
+
 def is_available() -> bool:
     """Whether the partial-decode lane runs here (else ``decode_box`` always returns None)."""
     return _jpeg_region is not None and _libjpeg_file is not None
+
+
+@contextlib.contextmanager
+def lane_disabled() -> Iterator[None]:
+    """Within the block ``decode_box`` returns None in every thread, so crops decode whole images:
+    the full decode path, to compare with the lane (``tools.bench.region_bench``). Not reentrant."""
+    _switched_off.set()
+    try:
+        yield
+    finally:
+        _switched_off.clear()
+
+
+def decode_region(data: bytes, out: bytearray, x: int, y: int, width: int, height: int, n: int) -> tuple[int, int, int]:
+    """The extension's partial decode, for the benchmarks that time its parts: the rows and columns
+    ``[y, y + height) x [x, x + width)`` of a JPEG at scale 1/n, RGBX into ``out`` laid out as the whole
+    scaled image; (first column decoded, width decoded, height). RuntimeError where the lane is off."""
+    if not is_available():
+        raise RuntimeError(f"no partial decode here: {lane_status()}")
+    first, decoded_width, decoded_height = _jpeg_region.decode_region(data, out, x, y, width, height, n)
+    return int(first), int(decoded_width), int(decoded_height)
 
 
 def libjpeg_file() -> str | None:
@@ -118,7 +144,7 @@ def decode_box(data: bytes, full_size: tuple[int, int], n: int, box: tuple[float
     height) in pixels of the 1/n-scale image, fractional; size: (width, height) of the
     output. None: this lane does not apply (see the module docstring); decode in full.
     """
-    if not is_available() or resample not in _SUPPORT or not data.endswith(JPEG_EOI):
+    if not is_available() or _switched_off.is_set() or resample not in _SUPPORT or not data.endswith(JPEG_EOI):
         return None
     scaled_w, scaled_h = math.ceil(full_size[0] / n), math.ceil(full_size[1] / n)
     left, top, box_w, box_h = box
@@ -133,8 +159,8 @@ def decode_box(data: bytes, full_size: tuple[int, int], n: int, box: tuple[float
     # the same box on an image of the same size as the full decode's, so the same float
     # arithmetic and, in stock Pillow, the same choice of which pass runs first (it depends
     # on the input's size): the same pixels out.
-    image = Image.frombuffer("RGBX", (scaled_w, scaled_h), pixels,  # type: ignore[arg-type]  # any buffer; stubs say bytes
-                             "raw", "RGBX", 0, 1)
+    # Pillow takes any buffer; its stubs say bytes.
+    image = Image.frombuffer("RGBX", (scaled_w, scaled_h), pixels, "raw", "RGBX", 0, 1)  # type: ignore[arg-type]
     return image.resize(size, resample, box=(left, top, left + box_w, top + box_h))
 
 

@@ -160,7 +160,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         if segment is not None and segment.epoch == epoch:
             return segment
         zeros = (0,) * len(self.names)
-        return Segment(epoch, 0, zeros, self.shares, 0, zeros)
+        return Segment(epoch=epoch, start=0, base=zeros, shares=self.shares, at=0, cursors=zeros)
 
     def _stop_length(self, segment: Segment) -> int:
         """Positions from the segment's start on until a source would pass its end: min_i floor(left_i / w_i)."""
@@ -278,9 +278,11 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
                            described={name: self.sources[name].describe() for name in self.names})
         changed = saved.shares != self.shares
         if not changed:
-            segment = Segment(saved.epoch, saved.start, saved.base, self.shares, saved.position, saved.cursors)
-        else:
-            segment = Segment(saved.epoch, saved.position, saved.cursors, self.shares, saved.position, saved.cursors)
+            segment = Segment(epoch=saved.epoch, start=saved.start, base=saved.base, shares=self.shares,
+                              at=saved.position, cursors=saved.cursors)
+        else:  # new weights take effect here: the segment starts at the saved position
+            segment = Segment(epoch=saved.epoch, start=saved.position, base=saved.cursors, shares=self.shares,
+                              at=saved.position, cursors=saved.cursors)
         end = self.epoch_length(saved.epoch, segment)
         if saved.position > end:
             raise ConfigError(f"mixture state: position {saved.position} is past its epoch's end {end}")

@@ -135,4 +135,5 @@ def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tup
     if not isinstance(weights, Mapping) or set(weights) != set(names):
         raise ConfigError(f"mixture state: weights must name the sources {sorted(names)} (got {weights!r})")
     shares = Shares.from_weights([weights[name] for name in names])
-    return SavedMixture(_non_negative("epoch", state[KEY_EPOCH]), position, cursors, start, base, shares)
+    return SavedMixture(epoch=_non_negative("epoch", state[KEY_EPOCH]), position=position, cursors=cursors,
+                        start=start, base=base, shares=shares)

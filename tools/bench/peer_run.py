@@ -217,3 +217,14 @@ def describe_data(shard_dir: Path, image_field: str, datas: Sequence[bytes]) -> 
     return {"shard_dir": os.fspath(shard_dir), "field": image_field, "images": images,
             "sampled": len(datas), "mean_kb": statistics.fmean(len(d) for d in datas) / 1e3,
             "mean_kpx": statistics.fmean(pixels) / 1e3}
+
+
+def transform_for(decode: str) -> Any:
+    """The transform every row of ``remote_bench`` runs: None, ours (fused), or the peers' PIL crop."""
+    if decode == "none":
+        return None
+    if decode == "fused":
+        from loaders import RandomResizedCropDecode
+
+        return RandomResizedCropDecode(224, field="jpg")
+    return PilCrop("jpg")

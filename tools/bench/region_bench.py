@@ -10,7 +10,7 @@ is drawn once; then, in CPU time of this thread (best of ``--passes``), per imag
 - ``entropy to crop bottom``: a 1-pixel region on the box's last row: Huffman decoding
   of every row down to the box, almost no IDCT, what no region decode can avoid in a
   JPEG without restart markers;
-- ``region decode``: the box's rows and columns (``loaders._jpeg_region``);
+- ``region decode``: the box's rows and columns (``loaders.read.region.decode_region``);
 - ``fused, full decode`` / ``fused, region lane``: ``RandomResizedCropDecode`` to 224 +
   flip (the loader's transform) with the extension hidden / present.
 
@@ -66,7 +66,7 @@ def run(datas: Sequence[bytes], *, passes: int, seed: int) -> dict[str, Any]:
     """Per-image CPU ms of each stage and the lane's accuracy (see the module docstring)."""
     if not region.is_available():
         raise ToolError(f"no partial decode here: {region.lane_status()}")
-    decode_region = region._jpeg_region.decode_region
+    decode_region = region.decode_region
     rng = np.random.default_rng(seed)
     sizes = [image_size(d) for d in datas]
     boxes = [random_resized_crop_box(w, h, SCALE, RATIO, rng) for w, h in sizes]
@@ -85,12 +85,9 @@ def run(datas: Sequence[bytes], *, passes: int, seed: int) -> dict[str, Any]:
     }
     ms = {name: _cpu_ms(fn, n, passes) for name, fn in timed.items()}
     lane_out = [fused(k) for k in range(n)]
-    saved, region._jpeg_region = region._jpeg_region, None
-    try:
+    with region.lane_disabled():
         ms["fused, full decode"] = _cpu_ms(fused, n, passes)
         full_out = [fused(k) for k in range(n)]
-    finally:
-        region._jpeg_region = saved
     return {
         "lane": region.lane_status(),
         "images": n,

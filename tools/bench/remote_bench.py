@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.bench.remote_peers import transform_for
+from tools.bench.peer_run import transform_for
 from tools.common.report import ToolError, add_output_args, emit, format_table
 from tools.common.synthetic import REPO_ROOT, make_raw_images
 

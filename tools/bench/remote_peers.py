@@ -73,6 +73,9 @@ class _Transformed(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def __init__(self, dataset: Any, decode: str) -> None:
         self.dataset = dataset
+        # Imported here: the peers' interpreter loads only what a row needs (peer_run imports loaders).
+        from tools.bench.peer_run import transform_for
+
         self.transform = transform_for(decode)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -84,19 +87,6 @@ class _Transformed(torch.utils.data.IterableDataset[dict[str, Any]]):
                 yield out
             else:
                 yield self.transform(out, np.random.default_rng(abs(hash(sample["key"]))))
-
-
-def transform_for(decode: str) -> Any:
-    """The transform every row of remote_bench runs: None, ours (fused), or the peers' PIL crop."""
-    if decode == "none":
-        return None
-    if decode == "fused":
-        from loaders import RandomResizedCropDecode
-
-        return RandomResizedCropDecode(224, field="jpg")
-    from tools.bench.peer_run import PilCrop
-
-    return PilCrop("jpg")
 
 
 def _dataset(spec: dict[str, Any]) -> Any:
