@@ -43,7 +43,11 @@ def test_torch_claim_matches_the_makefile_pin_and_the_installed_torch() -> None:
 
 
 # Imports that need not be declared, and why: tools that use them only where they are installed.
-OPTIONAL_IMPORTS = {"torchvision": "tools.gpu and the device suite: GPU decode and the stock feed, when importable"}
+OPTIONAL_IMPORTS = {
+    "torchvision": "tools.gpu and the device suite: GPU decode and the stock feed, when importable",
+    "litdata": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
+    "streaming": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
+}
 # Distributions that stand in for a declared one (the Makefile's PILLOW=simd replaces pillow).
 STANDS_IN_FOR = {"pillow-simd": "pillow"}
 SCANNED = ("dataprep", "loaders", "tools", "tests", "examples")

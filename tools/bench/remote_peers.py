@@ -16,6 +16,7 @@ Run with ``--peers-python``: the peers pin other torch and numpy versions than s
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -116,10 +117,14 @@ def read(spec: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def main(argv: list[str]) -> int:
-    step, spec = argv[0], json.loads(argv[1])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.remote_peers", description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("prepare", "read"))
+    parser.add_argument("spec", type=json.loads, help="the step's settings, one JSON object")
+    args = parser.parse_args(argv)
+    spec = args.spec
     try:
-        result = prepare(spec) if step == "prepare" else read(spec)
+        result = prepare(spec) if args.step == "prepare" else read(spec)
     except Exception as err:  # noqa: BLE001 - reported to remote_bench, which shows it in its table
         result = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
     print(json.dumps(result), flush=True)
@@ -127,4 +132,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

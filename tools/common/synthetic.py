@@ -73,7 +73,7 @@ def make_uniform_images(root: Path, images: int, *, classes: int = 10) -> Path:
 
     chunks = max(1, min(cpus_available(), images // 64))
     bounds = [images * k // chunks for k in range(chunks + 1)]
-    code = ("import sys; from pathlib import Path; from tools._synthetic import write_uniform_photos; "
+    code = ("import sys; from pathlib import Path; from tools.common.synthetic import write_uniform_photos; "
             "write_uniform_photos(Path(sys.argv[1]), range(int(sys.argv[2]), int(sys.argv[3])), int(sys.argv[4]))")
     out = root / "images"
     children = [subprocess.Popen([sys.executable, "-c", code, os.fspath(out), str(bounds[k]), str(bounds[k + 1]),
