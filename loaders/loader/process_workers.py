@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
+import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -181,6 +183,19 @@ _DEAD = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited une
 _TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
 
 
+# Where a batch's shared memory is fetched from the worker that sent it, in the receiving process:
+# an error raised there means the sender went away while its batch was in transit.
+_RECEIVE_FILES = tuple(os.path.join(*parts) for parts in (("multiprocessing", "resource_sharer.py"),
+                                                           ("multiprocessing", "reduction.py"),
+                                                           ("torch", "multiprocessing", "reductions.py")))
+RECEIVE_GRACE_S = 10.0  # how long a batch lost in transit waits for its (dying) worker to be seen exited
+
+
+def is_receive_error(err: BaseException) -> bool:
+    """Whether ``err`` was raised while fetching a received batch's shared memory from its sender."""
+    return any(frame.f_code.co_filename.endswith(_RECEIVE_FILES) for frame, _ in traceback.walk_tb(err.__traceback__))
+
+
 def dead_pids(text: str) -> set[int] | None:
     """The pids a torch error message names as dead workers; None when it is not about one."""
     found = _DEAD.search(text)
@@ -296,12 +311,41 @@ class ProcessWorkers:
                                    f"nothing while reading {what}; raise 'timeout' if samples are this slow, else "
                                    "look for a hang in the dataset")
         if (pids := dead_pids(text)) is not None:
-            worker, position = self._dead_worker(pids)
-            what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
-            return WorkerLostError(f"process worker {worker} failed while reading {what}: {describe_error(err)}")
+            return self._lost(pids, describe_error(err))
+        if is_receive_error(err):
+            return self._lost_in_transit(err)
         found = _TORCH_WORKER_ID.search(text)
         err.add_note(f"raised in process worker {found.group(1) if found else '?'}")
         return err
+
+    def _lost(self, pids: set[int], cause: str) -> WorkerLostError:
+        """WorkerLostError naming the first dead worker of ``pids`` and the batch it was reading."""
+        worker, position = self._dead_worker(pids)
+        waiting = self._feeder.waiting
+        what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
+        return WorkerLostError(f"process worker {worker} failed while reading {what}: {cause}")
+
+    def _lost_in_transit(self, err: Exception) -> WorkerLostError:
+        """A batch's shared memory could not be fetched from the worker that sent it: that worker is dying
+        (it closed its end, and torch's liveness check ran before it exited). Waits up to RECEIVE_GRACE_S
+        for a worker to exit, then names it and its batch as torch would have; else names the batch due."""
+        handles = self.handles
+        try:
+            multiprocessing.connection.wait([w.sentinel for w in handles], timeout=RECEIVE_GRACE_S)
+        except RuntimeError as death:  # torch's SIGCHLD handler may report the exit inside this wait
+            if dead_pids(str(death)) is None:
+                raise
+        dead = [w for w in handles if w.exitcode is not None]
+        if dead:
+            pids = ", ".join(str(w.pid) for w in dead)
+            lost = self._lost({int(w.pid) for w in dead if w.pid is not None},
+                              f"RuntimeError: DataLoader worker (pid(s) {pids}) exited unexpectedly")
+            lost.add_note(f"a batch it had sent could not be received: {describe_error(err)}")
+            return lost
+        position = min(self._feeder.waiting, default=-1)
+        what = describe_batch(position, self._feeder.waiting.get(position, []))
+        return WorkerLostError(f"process workers: a batch could not be received ({describe_error(err)}) and no "
+                               f"worker exited within {RECEIVE_GRACE_S:g} s; the batch due was {what}")
 
     def _dead_worker(self, pids: set[int]) -> tuple[str, int]:
         """(worker id, position it was reading) of the first worker whose pid is in ``pids``."""
