@@ -111,9 +111,9 @@ def choose_workers(given: WorkerInputs) -> WorkerChoice:
     asked = (given.requested is WorkerType.PROCESS or given.has_mp_context
              or (given.workers_given and (given.iterable or not given.releases_gil)))
     if asked:
+        threads = "" if given.iterable else ", or worker_type='thread'"
         raise ConfigError(f"worker processes cannot be started: {why}; define it at module level so that pickle "
-                          "can find it, or use multiprocessing_context='fork', or worker_type='thread'"
-                          ) from given.unsendable.error
+                          f"can find it, or use multiprocessing_context='fork'{threads}") from given.unsendable.error
     how = ("for worker processes, define it at module level so that pickle can find it, or pass "
            "multiprocessing_context='fork'")
     if given.iterable:

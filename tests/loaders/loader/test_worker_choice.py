@@ -99,6 +99,7 @@ def test_processes_asked_for_but_unsendable_is_a_config_error_naming_the_class_a
                                           r"cannot be pickled .*'forkserver' start method") as info:
         choose_workers(inputs(start_method="forkserver", unsendable=LOCAL, **changes))
     assert info.value.__cause__ is LOCAL.error
+    assert ("worker_type='thread'" in str(info.value)) is not changes.get("iterable", False)
 
 
 def test_fork_sends_nothing_by_pickling_so_an_unsendable_dataset_keeps_processes() -> None:
