@@ -188,7 +188,9 @@ _TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
 _RECEIVE_FILES = tuple(os.path.join(*parts) for parts in (("multiprocessing", "resource_sharer.py"),
                                                            ("multiprocessing", "reduction.py"),
                                                            ("torch", "multiprocessing", "reductions.py")))
-RECEIVE_GRACE_S = 10.0  # how long a batch lost in transit waits for its (dying) worker to be seen exited
+# How long a batch lost in transit waits for its (dying) worker to be seen exited: only on that failure path,
+# and it ends at the exit; generous, since a starved machine can take seconds to finish a process's exit.
+RECEIVE_GRACE_S = 30.0
 
 
 def is_receive_error(err: BaseException) -> bool:

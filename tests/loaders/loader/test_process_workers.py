@@ -130,4 +130,7 @@ def test_a_worker_that_dies_while_its_batch_is_received_is_reported_with_its_bat
     loader.close()
     assert re.match(r"process worker 0 failed while reading batch 2 \(indices \[4, 5\]\): RuntimeError: "
                     r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly$", str(info.value)), str(info.value)
-    assert any("could not be received: ConnectionResetError" in note for note in info.value.__notes__)
+    # Reported as torch reports a dead worker; the reset it caused is noted (unless a starved machine let the
+    # worker finish exiting before the receiver's own liveness check, which then reported the death itself).
+    notes = getattr(info.value, "__notes__", [])
+    assert not notes or any("could not be received: ConnectionResetError" in note for note in notes), notes
