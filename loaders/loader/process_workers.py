@@ -26,7 +26,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
-import traceback
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -45,10 +45,10 @@ from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
 from loaders.loader.batch_source import Job
 from loaders.loader.epoch_sync import EpochSync
 from loaders.loader.fetch import Fetched, fetch_samples
-from loaders.loader.messages import describe_batch, describe_error, portable_error
+from loaders.loader.messages import dead_pids, describe_batch, describe_error, is_receive_error, portable_error
 from loaders.loader.worker_start import WorkerInit, seed_worker, seeded_for
 
-__all__ = ["EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
+__all__ = ["RECEIVE_GRACE_S", "EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
 
 _LIVE: weakref.WeakSet[ProcessWorkers] = weakref.WeakSet()
 # In a forked child (a worker, a test's subprocess): the parent's ProcessWorkers, kept
@@ -177,31 +177,10 @@ class _Feeder:
             yield IndexBatch(job.indices, epoch=job.epoch, position=job.position)
 
 
-# Torch names a dead worker three ways: "(pid(s) 1, 2) exited unexpectedly" (its status check),
-# "(pid 1) exited unexpectedly with exit code 3" and "(pid 1) is killed by signal: Killed" (SIGCHLD).
-_DEAD = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
 _TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
-
-
-# Where a batch's shared memory is fetched from the worker that sent it, in the receiving process:
-# an error raised there means the sender went away while its batch was in transit.
-_RECEIVE_FILES = tuple(os.path.join(*parts) for parts in (("multiprocessing", "resource_sharer.py"),
-                                                           ("multiprocessing", "reduction.py"),
-                                                           ("torch", "multiprocessing", "reductions.py")))
 # How long a batch lost in transit waits for its (dying) worker to be seen exited: only on that failure path,
 # and it ends at the exit; generous, since a starved machine can take seconds to finish a process's exit.
 RECEIVE_GRACE_S = 30.0
-
-
-def is_receive_error(err: BaseException) -> bool:
-    """Whether ``err`` was raised while fetching a received batch's shared memory from its sender."""
-    return any(frame.f_code.co_filename.endswith(_RECEIVE_FILES) for frame, _ in traceback.walk_tb(err.__traceback__))
-
-
-def dead_pids(text: str) -> set[int] | None:
-    """The pids a torch error message names as dead workers; None when it is not about one."""
-    found = _DEAD.search(text)
-    return {int(pid) for pid in found.group(1).split(",")} if found else None
 
 
 class ProcessWorkers:
@@ -328,16 +307,10 @@ class ProcessWorkers:
         return WorkerLostError(f"process worker {worker} failed while reading {what}: {cause}")
 
     def _lost_in_transit(self, err: Exception) -> WorkerLostError:
-        """A batch's shared memory could not be fetched from the worker that sent it: that worker is dying
-        (it closed its end, and torch's liveness check ran before it exited). Waits up to RECEIVE_GRACE_S
-        for a worker to exit, then names it and its batch as torch would have; else names the batch due."""
-        handles = self.handles
-        try:
-            multiprocessing.connection.wait([w.sentinel for w in handles], timeout=RECEIVE_GRACE_S)
-        except RuntimeError as death:  # torch's SIGCHLD handler may report the exit inside this wait
-            if dead_pids(str(death)) is None:
-                raise
-        dead = [w for w in handles if w.exitcode is not None]
+        """A batch's shared memory could not be fetched from the worker that sent it: that worker is exiting
+        (it closed its end, and torch's liveness check ran before it was gone). Waits up to RECEIVE_GRACE_S
+        for a worker's exit, then names it and its batch as torch would have; else names the batch due."""
+        dead = self._exiting_workers()
         if dead:
             pids = ", ".join(str(w.pid) for w in dead)
             lost = self._lost({int(w.pid) for w in dead if w.pid is not None},
@@ -348,6 +321,20 @@ class ProcessWorkers:
         what = describe_batch(position, self._feeder.waiting.get(position, []))
         return WorkerLostError(f"process workers: a batch could not be received ({describe_error(err)}) and no "
                                f"worker exited within {RECEIVE_GRACE_S:g} s; the batch due was {what}")
+
+    def _exiting_workers(self) -> list[Any]:
+        """The worker processes that exit within RECEIVE_GRACE_S (at once if some already have). A closed
+        sentinel says a process is gone: it may not be reapable yet (its exitcode still None) for a moment."""
+        by_sentinel = {w.sentinel: w for w in self.handles}
+        deadline = time.monotonic() + RECEIVE_GRACE_S
+        ready: list[Any] = []
+        while by_sentinel and not ready and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                ready = multiprocessing.connection.wait(list(by_sentinel), timeout=remaining)
+            except RuntimeError as death:  # torch's SIGCHLD handler may report an exit inside this wait
+                if dead_pids(str(death)) is None:
+                    raise
+        return [by_sentinel[sentinel] for sentinel in ready]
 
     def _dead_worker(self, pids: set[int]) -> tuple[str, int]:
         """(worker id, position it was reading) of the first worker whose pid is in ``pids``."""
