@@ -5,9 +5,9 @@ What changes without any other edit:
 
 - defaults: ``num_workers`` from ``loaders.read.topology.default_num_workers``,
   ``pin_memory`` when CUDA is available, persistent workers when there are workers;
-- thread workers for datasets that declare ``releases_gil = True`` (no pickling, no
-  inter-process copies; batches collated straight into pinned memory), torch's worker
-  processes otherwise, with thread limits and per-(epoch, rank, worker) seeds;
+- thread workers for up to 4 workers over datasets that declare ``releases_gil = True`` (no
+  pickling, no inter-process copies; batches collated straight into pinned memory), torch's
+  worker processes otherwise, with thread limits and per-(epoch, rank, worker) seeds;
 - a deterministic, resumable order: ``state_dict()`` / ``load_state_dict()``;
 - a dataset's own exception class in the training loop, with a note naming worker,
   batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
@@ -53,7 +53,7 @@ from loaders.loader.progress import (
     check_state,
 )
 from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
-from loaders.read.topology import Topology
+from loaders.read.topology import loader_topology
 from loaders.validate import check_int
 
 __all__ = ["DataLoader", "OnError", "WorkerType"]
@@ -78,18 +78,29 @@ class DataLoader(torch.utils.data.DataLoader[T]):
 
     Stock arguments keep their meaning, validation (same ValueError/TypeError) and
     attributes, frozen after construction as torch freezes them. Where not given:
-    ``num_workers = default_num_workers(Topology.detect())`` (0 for an IterableDataset,
-    which only its own code can split between workers); ``pin_memory =
-    torch.cuda.is_available()``; ``persistent_workers = num_workers > 0``;
-    ``prefetch_factor = 2`` batches per worker, for threads as for processes;
-    ``collate_fn``: the dataset's declared ``default_collate_fn`` if it has one (with
-    batching), else ours (torch's batches, collated into pinned memory). Without a
-    sampler, a dataset with a ``batch_source`` method (``loaders.TokenDataset``,
-    ``loaders.Mixture``) supplies the batches' order and the resume state (by global
-    position; ``order_digest``).
+    ``num_workers = default_num_workers(topology)`` (0 for an IterableDataset, which only
+    its own code can split between workers); ``pin_memory = torch.cuda.is_available()``;
+    ``persistent_workers = num_workers > 0``; ``prefetch_factor = 2`` batches per worker,
+    for threads as for processes; ``collate_fn``: the dataset's declared
+    ``default_collate_fn`` if it has one (with batching), else ours (torch's batches,
+    collated into pinned memory). Without a sampler, a dataset with a ``batch_source``
+    method (``loaders.TokenDataset``, ``loaders.Mixture``) supplies the batches' order and
+    the resume state (by global position; ``order_digest``).
 
-    worker_type: "auto" (threads when ``dataset.releases_gil`` is true, processes
-        otherwise and for iterable datasets), "thread" or "process".
+    Topology (rank, world size): the dataset's own ``topology`` when it has one (a launcher
+    without torch.distributed), else torch.distributed's or RANK / WORLD_SIZE; a dataset's
+    topology that disagrees with a process group or RANK / WORLD_SIZE is a ConfigError.
+
+    worker_type: "auto", "thread" or "process". "auto" (``loaders.loader.worker_choice``):
+        threads when the dataset declares ``releases_gil = True`` (its per-sample work runs
+        without the GIL: this package's datasets with no transform or its decode
+        transforms; a user's own transform only if it declares so) and ``num_workers <= 4``;
+        processes otherwise, and for iterable datasets or a ``multiprocessing_context``.
+        Under spawn or forkserver (Python 3.14's Linux default), a dataset, collate_fn or
+        worker_init_fn that cannot be pickled gets threads (iterable: the main process)
+        with one warning, unless processes were asked for (worker_type="process", a
+        ``multiprocessing_context``, or ``num_workers`` given for an iterable dataset or one
+        that does not release the GIL): then a ConfigError naming it and the start method.
     threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
     seed: base seed of the order and of worker seeds; None: in a distributed job the
         same on every rank (``loaders.read.seeding.resolve_seed``), else drawn from
@@ -125,7 +136,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         options = LoaderOptions(worker_type=worker_type, threads_per_worker=threads_per_worker, seed=seed,
                                 on_error=on_error, max_skips=max_skips, device=device,
                                 device_transform=device_transform, device_prefetch=device_prefetch)
-        topology = Topology.detect()
+        topology = loader_topology(getattr(dataset, "topology", None))
         workers = default_workers(dataset, topology) if num_workers is None else num_workers
         persistent = isinstance(workers, int) and workers > 0 if persistent_workers is None else persistent_workers
         # Torch validates the user's own combination (its errors, in its order), sets its

@@ -1,19 +1,40 @@
 """What failure messages name: a batch by position and indices, an error with its shard, key and offset,
-and a worker process's exception made to survive the trip to the consumer (``portable_error``)."""
+and a worker process's exception made to survive the trip to the consumer (``portable_error``); and what
+torch's errors say of worker processes (``dead_pids``, ``is_receive_error``)."""
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from loaders.errors import SampleError
 
-__all__ = ["describe_batch", "describe_error", "format_indices", "portable_error"]
+__all__ = ["dead_pids", "describe_batch", "describe_error", "format_indices", "is_receive_error", "portable_error"]
 
 _SHOWN_INDICES = 8
+# Torch names a dead worker three ways: "(pid(s) 1, 2) exited unexpectedly" (its status check),
+# "(pid 1) exited unexpectedly with exit code 3" and "(pid 1) is killed by signal: Killed" (SIGCHLD).
+_DEAD = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
+# Where a batch's shared memory is fetched from the worker that sent it, in the receiving process:
+# an error raised there means the sender went away while its batch was in transit.
+_RECEIVE_FILES = tuple(os.path.join(*parts) for parts in (("multiprocessing", "resource_sharer.py"),
+                                                           ("multiprocessing", "reduction.py"),
+                                                           ("torch", "multiprocessing", "reductions.py")))
+
+
+def dead_pids(text: str) -> set[int] | None:
+    """The pids a torch error message names as dead workers; None when it is not about one."""
+    found = _DEAD.search(text)
+    return {int(pid) for pid in found.group(1).split(",")} if found else None
+
+
+def is_receive_error(err: BaseException) -> bool:
+    """Whether ``err`` was raised while fetching a received batch's shared memory from its sender."""
+    return any(frame.f_code.co_filename.endswith(_RECEIVE_FILES) for frame, _ in traceback.walk_tb(err.__traceback__))
 
 
 def describe_error(err: BaseException) -> str:

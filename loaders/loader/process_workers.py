@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -43,10 +45,10 @@ from loaders.loader.batch_outcome import BatchOutcome, CollateGuard
 from loaders.loader.batch_source import Job
 from loaders.loader.epoch_sync import EpochSync
 from loaders.loader.fetch import Fetched, fetch_samples
-from loaders.loader.messages import describe_batch, describe_error, portable_error
+from loaders.loader.messages import dead_pids, describe_batch, describe_error, is_receive_error, portable_error
 from loaders.loader.worker_start import WorkerInit, seed_worker, seeded_for
 
-__all__ = ["EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
+__all__ = ["RECEIVE_GRACE_S", "EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
 
 _LIVE: weakref.WeakSet[ProcessWorkers] = weakref.WeakSet()
 # In a forked child (a worker, a test's subprocess): the parent's ProcessWorkers, kept
@@ -175,16 +177,10 @@ class _Feeder:
             yield IndexBatch(job.indices, epoch=job.epoch, position=job.position)
 
 
-# Torch names a dead worker three ways: "(pid(s) 1, 2) exited unexpectedly" (its status check),
-# "(pid 1) exited unexpectedly with exit code 3" and "(pid 1) is killed by signal: Killed" (SIGCHLD).
-_DEAD = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
 _TORCH_WORKER_ID = re.compile(r"worker process (\d+)")
-
-
-def dead_pids(text: str) -> set[int] | None:
-    """The pids a torch error message names as dead workers; None when it is not about one."""
-    found = _DEAD.search(text)
-    return {int(pid) for pid in found.group(1).split(",")} if found else None
+# How long a batch lost in transit waits for its (dying) worker to be seen exited: only on that failure path,
+# and it ends at the exit; generous, since a starved machine can take seconds to finish a process's exit.
+RECEIVE_GRACE_S = 30.0
 
 
 class ProcessWorkers:
@@ -296,12 +292,49 @@ class ProcessWorkers:
                                    f"nothing while reading {what}; raise 'timeout' if samples are this slow, else "
                                    "look for a hang in the dataset")
         if (pids := dead_pids(text)) is not None:
-            worker, position = self._dead_worker(pids)
-            what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
-            return WorkerLostError(f"process worker {worker} failed while reading {what}: {describe_error(err)}")
+            return self._lost(pids, describe_error(err))
+        if is_receive_error(err):
+            return self._lost_in_transit(err)
         found = _TORCH_WORKER_ID.search(text)
         err.add_note(f"raised in process worker {found.group(1) if found else '?'}")
         return err
+
+    def _lost(self, pids: set[int], cause: str) -> WorkerLostError:
+        """WorkerLostError naming the first dead worker of ``pids`` and the batch it was reading."""
+        worker, position = self._dead_worker(pids)
+        waiting = self._feeder.waiting
+        what = describe_batch(position, waiting.get(position, [])) if position in waiting else "a batch"
+        return WorkerLostError(f"process worker {worker} failed while reading {what}: {cause}")
+
+    def _lost_in_transit(self, err: Exception) -> WorkerLostError:
+        """A batch's shared memory could not be fetched from the worker that sent it: that worker is exiting
+        (it closed its end, and torch's liveness check ran before it was gone). Waits up to RECEIVE_GRACE_S
+        for a worker's exit, then names it and its batch as torch would have; else names the batch due."""
+        dead = self._exiting_workers()
+        if dead:
+            pids = ", ".join(str(w.pid) for w in dead)
+            lost = self._lost({int(w.pid) for w in dead if w.pid is not None},
+                              f"RuntimeError: DataLoader worker (pid(s) {pids}) exited unexpectedly")
+            lost.add_note(f"a batch it had sent could not be received: {describe_error(err)}")
+            return lost
+        position = min(self._feeder.waiting, default=-1)
+        what = describe_batch(position, self._feeder.waiting.get(position, []))
+        return WorkerLostError(f"process workers: a batch could not be received ({describe_error(err)}) and no "
+                               f"worker exited within {RECEIVE_GRACE_S:g} s; the batch due was {what}")
+
+    def _exiting_workers(self) -> list[Any]:
+        """The worker processes that exit within RECEIVE_GRACE_S (at once if some already have). A closed
+        sentinel says a process is gone: it may not be reapable yet (its exitcode still None) for a moment."""
+        by_sentinel = {w.sentinel: w for w in self.handles}
+        deadline = time.monotonic() + RECEIVE_GRACE_S
+        ready: list[Any] = []
+        while by_sentinel and not ready and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                ready = multiprocessing.connection.wait(list(by_sentinel), timeout=remaining)
+            except RuntimeError as death:  # torch's SIGCHLD handler may report an exit inside this wait
+                if dead_pids(str(death)) is None:
+                    raise
+        return [by_sentinel[sentinel] for sentinel in ready]
 
     def _dead_worker(self, pids: set[int]) -> tuple[str, int]:
         """(worker id, position it was reading) of the first worker whose pid is in ``pids``."""

@@ -3,21 +3,33 @@
 ``LoaderOptions`` holds the keyword options beyond torch's (worker type, seed, error
 policy, device), checked at construction. ``LoaderSettings`` is the frozen record the
 chain is built from: torch's arguments after torch validated them, our defaults filled
-in, the worker type and seed resolved. ``WorkerType`` and ``OnError`` are the choices.
+in, the worker type (``loaders.loader.worker_choice``'s rule) and seed resolved. ``WorkerType``
+and ``OnError`` are the choices.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, default_convert
 
 from loaders.errors import ConfigError
+from loaders.loader.collate import default_collate
+from loaders.loader.worker_choice import (
+    PICKLING_START_METHODS,
+    WorkerChoice,
+    WorkerInputs,
+    WorkerType,
+    choose_workers,
+    start_method,
+    unsendable_part,
+)
 from loaders.read.seeding import resolve_seed
 from loaders.read.topology import Topology, default_num_workers
 from loaders.validate import check_choice, check_int, invalid
@@ -27,14 +39,6 @@ __all__ = ["PROCESS_ARGS", "LoaderOptions", "LoaderSettings", "OnError", "Worker
 # Torch's arguments handed on to torch's own loader when workers are processes.
 PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
                 "persistent_workers", "pin_memory_device", "in_order", "batch_size", "drop_last")
-
-
-class WorkerType(enum.StrEnum):
-    """Who builds batches: ``auto`` picks threads for datasets with ``releases_gil = True``."""
-
-    AUTO = "auto"
-    THREAD = "thread"
-    PROCESS = "process"
 
 
 class OnError(enum.StrEnum):
@@ -88,21 +92,37 @@ class LoaderOptions:
             raise ConfigError(f"'device_transform' must be callable and needs 'device' (got {self.device_transform!r}"
                               f" with device={self.device!r})")
 
-    def resolve_worker_type(self, *, iterable: bool, releases_gil: bool, has_mp_context: bool) -> WorkerType:
-        """The worker type for a dataset: ``auto`` resolved; ConfigError for combinations that cannot work."""
+    def choose_workers(self, loader: torch.utils.data.DataLoader[Any], *, workers_given: bool) -> WorkerChoice:
+        """The workers for ``loader`` (torch's constructor has run on it): ``worker_choice``'s rule, with the
+        parts a worker process receives checked where the start method pickles them; warns when it falls back."""
+        iterable = isinstance(loader.dataset, IterableDataset)
         if self.on_error is OnError.SKIP and iterable:
             raise ConfigError("on_error='skip' needs a map-style dataset: an iterable dataset's iterator cannot "
                               "go on after it raised")
-        if self.worker_type is WorkerType.AUTO:
-            if iterable or has_mp_context:
-                return WorkerType.PROCESS
-            return WorkerType.THREAD if releases_gil else WorkerType.PROCESS
-        if self.worker_type is WorkerType.THREAD and iterable:
-            raise ConfigError("worker_type='thread' needs a map-style dataset: an IterableDataset shards itself "
-                              "with get_worker_info() in worker processes; use worker_type='process' or 'auto'")
-        if self.worker_type is WorkerType.THREAD and has_mp_context:
-            raise ConfigError("'multiprocessing_context' applies to worker processes, not worker_type='thread'")
-        return WorkerType(self.worker_type)
+        given = WorkerInputs(
+            requested=WorkerType(self.worker_type), iterable=iterable,
+            releases_gil=getattr(loader.dataset, "releases_gil", False) is True, num_workers=loader.num_workers,
+            workers_given=workers_given, has_mp_context=loader.multiprocessing_context is not None,
+            start_method=start_method(loader.multiprocessing_context))
+        choice = choose_workers(given)
+        pickled = given.start_method in PICKLING_START_METHODS
+        if choice.worker_type is WorkerType.PROCESS and choice.num_workers and pickled:
+            unsendable = unsendable_part(_sent_to_workers(loader))
+            if unsendable is not None:
+                choice = choose_workers(replace(given, unsendable=unsendable))
+        if choice.warning is not None:
+            warnings.warn(choice.warning, stacklevel=4)
+        return choice
+
+
+def _sent_to_workers(loader: torch.utils.data.DataLoader[Any]) -> list[tuple[str, Any]]:
+    """(what, object) of the user's parts each worker process receives: the dataset, a collate_fn of
+    their own, a worker_init_fn."""
+    parts: list[tuple[str, Any]] = [("dataset", loader.dataset)]
+    if loader.collate_fn not in (default_collate, default_convert):
+        parts.append(("collate_fn", loader.collate_fn))
+    parts.append(("worker_init_fn", loader.worker_init_fn))
+    return parts
 
 
 def _device(device: object) -> torch.device:
@@ -159,13 +179,11 @@ class LoaderSettings:
         """The settings of ``loader`` (torch's constructor has run on it) with ``options``."""
         iterable = isinstance(loader.dataset, IterableDataset)
         generator = loader.generator
+        workers = options.choose_workers(loader, workers_given=workers_given)
         return cls(
             dataset=loader.dataset, iterable=iterable, batch_size=loader.batch_size, drop_last=loader.drop_last,
             auto_collation=loader.batch_sampler is not None, collate_fn=loader.collate_fn,
-            num_workers=loader.num_workers, workers_given=workers_given,
-            worker_type=options.resolve_worker_type(
-                iterable=iterable, releases_gil=bool(getattr(loader.dataset, "releases_gil", False)),
-                has_mp_context=loader.multiprocessing_context is not None),
+            num_workers=workers.num_workers, workers_given=workers_given, worker_type=workers.worker_type,
             threads_per_worker=options.threads_per_worker, worker_init_fn=loader.worker_init_fn,
             prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
             in_order=loader.in_order, timeout_s=float(loader.timeout), pin_memory=loader.pin_memory,
@@ -174,7 +192,7 @@ class LoaderSettings:
             max_skips=options.max_skips, device=None if options.device is None else torch.device(options.device),
             device_transform=options.device_transform,
             device_prefetch=options.device_prefetch, rank=topology.rank,
-            process_args={name: getattr(loader, name) for name in PROCESS_ARGS})
+            process_args={**{name: getattr(loader, name) for name in PROCESS_ARGS}, "num_workers": workers.num_workers})
 
     @property
     def skip_errors(self) -> bool:

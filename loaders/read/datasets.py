@@ -44,6 +44,7 @@ from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
+from loaders.read.transforms import transform_releases_gil
 from loaders.validate import invalid
 
 Sample = dict[str, Any]
@@ -127,9 +128,11 @@ class _Keyed(abc.ABC):
         self.block_size = block_size
         self.topology = topology
         self._transform_takes_rng = transform is not None and takes_rng(transform)
-        # A transform drawing from the global RNGs is only reproducible if each call reseeds
-        # them, which threads cannot do safely: such datasets want process workers.
-        self.releases_gil = transform is None or self._transform_takes_rng
+        # What "auto" thread workers need (loaders.loader.worker_choice): reading releases the GIL,
+        # and so do this package's decode transforms; a user's own transform is not known to (one
+        # written with PIL holds it for part of its work: 0.88x stock in threads, issue 20), and one
+        # drawing from the global RNGs is only reproducible where each call reseeds them (processes).
+        self.releases_gil = transform_releases_gil(transform)
         self._warn_if_the_cache_thrashes()
 
     @abc.abstractmethod

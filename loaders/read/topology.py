@@ -71,28 +71,54 @@ class Topology:
         """
         local_rank = _env_int(ENV_LOCAL_RANK)
         local_world_size = _env_int(ENV_LOCAL_WORLD_SIZE)
-        rank: int | None
-        world_size: int | None
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        else:
-            rank, world_size = _env_int(ENV_RANK), _env_int(ENV_WORLD_SIZE)
-            if (rank is None) != (world_size is None):
-                missing = ENV_RANK if rank is None else ENV_WORLD_SIZE
-                raise ConfigError(
-                    f"environment sets only one of {ENV_RANK}/{ENV_WORLD_SIZE} ({missing} is missing); "
-                    "launch with torchrun or set both"
-                )
+        declared = _declared_rank()
+        rank, world_size = (0, 1) if declared is None else declared[1:]
         try:
             return cls(
-                rank=0 if rank is None else rank,
-                world_size=1 if world_size is None else world_size,
+                rank=rank,
+                world_size=world_size,
                 local_rank=0 if local_rank is None else local_rank,
                 local_world_size=1 if local_world_size is None else local_world_size,
             )
         except ConfigError as err:
             err.add_note(f"while reading {ENV_RANK}, {ENV_WORLD_SIZE}, {ENV_LOCAL_RANK}, {ENV_LOCAL_WORLD_SIZE}")
             raise
+
+
+def _declared_rank() -> tuple[str, int, int] | None:
+    """(where, rank, world size) as the environment states them: an initialised torch.distributed
+    process group, else RANK and WORLD_SIZE; None when neither says anything."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return "torch.distributed", torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world_size = _env_int(ENV_RANK), _env_int(ENV_WORLD_SIZE)
+    if rank is None and world_size is None:
+        return None
+    if rank is None or world_size is None:
+        missing = ENV_RANK if rank is None else ENV_WORLD_SIZE
+        raise ConfigError(f"environment sets only one of {ENV_RANK}/{ENV_WORLD_SIZE} ({missing} is missing); "
+                          "launch with torchrun or set both")
+    return f"{ENV_RANK}/{ENV_WORLD_SIZE}", rank, world_size
+
+
+def loader_topology(given: object) -> Topology:
+    """The topology a DataLoader runs on: ``given`` (a dataset's own ``topology``) when it is a Topology,
+    else the detected one.
+
+    A launcher that passes rank and world size to the script (Horovod, a scheduler's own
+    variables) without torch.distributed lets the dataset name them. Where the environment
+    states them too (a process group, or RANK / WORLD_SIZE), both must agree on rank and
+    world size: else ConfigError naming both, since ranks would otherwise read overlapping
+    shares.
+    """
+    if not isinstance(given, Topology):
+        return Topology.detect()
+    declared = _declared_rank()
+    if declared is not None and declared[1:] != (given.rank, given.world_size):
+        where, rank, world_size = declared
+        raise ConfigError(f"the dataset's topology (rank {given.rank} of world_size {given.world_size}) conflicts "
+                          f"with {where} (rank {rank} of world_size {world_size}); give the dataset "
+                          "topology=None to use the environment's, or make the two agree")
+    return given
 
 
 def _env_int(name: str) -> int | None:

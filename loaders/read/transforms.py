@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -45,6 +45,13 @@ class SampleTransform(Protocol):
     (keyed by (seed, epoch, sample index) by the dataset)."""
 
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]: ...
+
+
+def transform_releases_gil(transform: Callable[..., Any] | None) -> bool:
+    """Whether ``transform`` declares ``releases_gil = True``: its per-sample work runs without the GIL,
+    so thread workers running it in parallel scale (this package's transforms do; a user's own
+    function is not known to, unless it declares so itself). None (no transform) counts as True."""
+    return transform is None or getattr(transform, "releases_gil", False) is True
 
 
 def random_resized_crop_box(width: int, height: int, scale: tuple[float, float], ratio: tuple[float, float],
@@ -98,6 +105,8 @@ class RandomResizedCropDecode:
     Draws, in order: the crop (as torchvision), then one uniform for the flip.
     """
 
+    releases_gil: ClassVar[bool] = True  # decodes (and resizes) in C without the GIL: threads scale (worker_choice)
+
     size: int | tuple[int, int]
     _: KW_ONLY  # the rest by keyword
     scale: tuple[float, float] = (0.08, 1.0)
@@ -133,6 +142,8 @@ class CenterCropDecode:
     field is dropped. JPEGs decode at a reduced DCT scale where the crop allows it.
     """
 
+    releases_gil: ClassVar[bool] = True  # decodes (and resizes) in C without the GIL: threads scale (worker_choice)
+
     size: int | tuple[int, int]
     _: KW_ONLY  # the rest by keyword
     resize_short: int | None = None
@@ -164,6 +175,8 @@ class CenterCropDecode:
 class DecodeImage:
     """Full decode: ``sample[out_field]`` = uint8 [H, W, 3] RGB at full resolution; the encoded field is dropped."""
 
+    releases_gil: ClassVar[bool] = True  # decodes (and resizes) in C without the GIL: threads scale (worker_choice)
+
     field: str | None = None
     out_field: str = "image"
     backend: Backend | str | None = None
@@ -187,6 +200,8 @@ class DecodeLabel:
 
     Already-decoded ints (Parquet columns) pass through.
     """
+
+    releases_gil: ClassVar[bool] = True  # a few Python operations: too little to hold worker threads back
 
     field: str = "cls"
     out_field: str = "label"
@@ -212,6 +227,11 @@ class Compose:
     """Apply ``transforms`` in order, all drawing from the same rng."""
 
     transforms: Sequence[SampleTransform]
+
+    @property
+    def releases_gil(self) -> bool:
+        """Whether every transform declares that its work releases the GIL (then so does this one)."""
+        return all(transform_releases_gil(transform) for transform in self.transforms)
 
     def __post_init__(self) -> None:
         if isinstance(self.transforms, (str, bytes)) or not isinstance(self.transforms, Sequence):

@@ -27,7 +27,7 @@ import loaders.loader.settings as settings_mod
 from loaders.augment import Augment, ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 from loaders.errors import ConfigError, SampleError, SkipBudgetError, WorkerError, WorkerLostError
 from loaders.loader.dataloader import DataLoader, OnError, WorkerType
-from loaders.loader.process_workers import dead_pids
+from loaders.loader.messages import dead_pids
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.topology import Topology
 from tests.loaders.helpers import Pictures, loader_threads

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
+import threading
+import time
+from multiprocessing import resource_sharer
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.data
 
-from loaders.errors import SampleError, WorkerError
+from loaders import DataLoader
+from loaders.errors import SampleError, WorkerError, WorkerLostError
 from loaders.loader.batch_outcome import CollateGuard
 from loaders.loader.collate import default_collate
 from loaders.loader.fetch import Fetched
@@ -76,3 +83,54 @@ def test_an_iterable_datasets_exception_keeps_its_class_and_names_the_worker() -
     with pytest.raises(ValueError, match="stream broke") as info:
         list(workers.run(None, 0))
     assert "raised in process worker 0" in info.value.__notes__
+
+
+# ---------------------------------------------------------------- a worker dying while its batch is received
+
+_DROPPED = threading.Event()  # in worker 0: its resource sharer dropped a receiver's request
+
+
+class _DropsFirstRequest(resource_sharer._ResourceSharer):
+    """Worker 0's resource sharer (which hands a batch's shared-memory descriptors to the receiver): it
+    closes the first request unread, as a worker exiting under it does (the receiver gets ECONNRESET)."""
+
+    def _serve(self) -> None:
+        conn = self._listener.accept()
+        conn.poll(60)  # the receiver's request has arrived: closing now resets the receiver's connection
+        conn.close()
+        _DROPPED.set()
+
+
+def _drop_in_worker_0(worker_id: int) -> None:
+    if worker_id == 0:
+        resource_sharer._resource_sharer = _DropsFirstRequest()
+
+
+class DiesAfterItsBatchIsLost(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Sample i -> uint8 [2, 2] filled with i. Worker 0 reads batch 0 (sent, then lost in transit) and
+    batch 2: on sample 4 it exits, once the receiver of batch 0 has been reset."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if index == 4:
+            _DROPPED.wait(60)
+            # Still alive when the receiver's own liveness check runs, as a worker that is only
+            # exiting: torch then re-raises the reset as it came (the case of issue 20).
+            time.sleep(1.0)
+            os._exit(3)
+        return np.full((2, 2), index, dtype=np.uint8)
+
+
+def test_a_worker_that_dies_while_its_batch_is_received_is_reported_with_its_batch() -> None:
+    loader = DataLoader(DiesAfterItsBatchIsLost(), batch_size=2, num_workers=2, worker_init_fn=_drop_in_worker_0)
+    with pytest.raises(WorkerLostError) as info:
+        list(loader)
+    loader.close()
+    assert re.match(r"process worker 0 failed while reading batch 2 \(indices \[4, 5\]\): RuntimeError: "
+                    r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly$", str(info.value)), str(info.value)
+    # Reported as torch reports a dead worker; the reset it caused is noted (unless a starved machine let the
+    # worker finish exiting before the receiver's own liveness check, which then reported the death itself).
+    notes = getattr(info.value, "__notes__", [])
+    assert not notes or any("could not be received: ConnectionResetError" in note for note in notes), notes

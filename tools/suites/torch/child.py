@@ -26,6 +26,7 @@ __all__ = ["TestTimeout", "install_patch_hook", "pytest_configure"]
 TARGET_ENV = "SHARDFEED_TORCH_SUITE_TARGET"  # "module:attr" that replaces torch's DataLoader
 EVENTS_ENV = "SHARDFEED_TORCH_SUITE_EVENTS"  # JSON-lines file the plugin appends to
 TIMEOUT_ENV = "SHARDFEED_TORCH_SUITE_TIMEOUT_S"
+START_METHOD_ENV = "SHARDFEED_TORCH_SUITE_START_METHOD"  # multiprocessing's default in the pytest child
 WATCHDOG_GRACE_S = 30.0  # past the per-test limit, the watchdog ends a test that SIGALRM could not
 MESSAGE_HEAD, MESSAGE_TAIL = 1500, 3500  # characters of a failure kept in the report
 TIMEOUT_MARKER = "TIMEOUT: test ran past"  # opens the message of every TestTimeout
@@ -136,7 +137,13 @@ def _clip(text: str) -> str:
 
 
 def pytest_configure(config: Any) -> None:
-    """Register the recorder when the runner asked for events (a plain ``-p`` load does nothing)."""
+    """Register the recorder when the runner asked for events (a plain ``-p`` load does nothing); set
+    multiprocessing's default start method when the runner named one (before the test file is imported)."""
+    method = os.environ.get(START_METHOD_ENV)
+    if method:
+        import multiprocessing
+
+        multiprocessing.set_start_method(method, force=True)
     path = os.environ.get(EVENTS_ENV)
     if path:
         config.pluginmanager.register(_Recorder(path, float(os.environ.get(TIMEOUT_ENV, "180"))), "torch_suite")

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 from tools.common.report import add_output_args, emit
 from tools.suites.torch import child
-from tools.suites.torch.child import EVENTS_ENV, TARGET_ENV, TIMEOUT_ENV, WATCHDOG_GRACE_S
+from tools.suites.torch.child import EVENTS_ENV, START_METHOD_ENV, TARGET_ENV, TIMEOUT_ENV, WATCHDOG_GRACE_S
 from tools.suites.torch.results import (
     SuiteRun,
     format_report,
@@ -167,14 +167,20 @@ def write_patch_dir(path: Path) -> Path:
 
 
 def child_environment(base: Mapping[str, str], *, patch_dir: Path | None, extra_paths: Sequence[Path],
-                      events_path: Path, timeout_s: float, target: str, with_slow: bool = False) -> dict[str, str]:
+                      events_path: Path, timeout_s: float, target: str, with_slow: bool = False,
+                      start_method: str | None = None) -> dict[str, str]:
     """The child's environment: PYTHONPATH = [patch dir], repo root, extra paths, then the old one.
 
     with_slow: also run the tests torch marks ``@slowTest`` (``test_proper_exit``: minutes).
+    start_method: multiprocessing's default start method in the pytest child, set before the
+    tests run (None: the interpreter's own default).
     """
     env = dict(base)
     if with_slow:
         env["PYTORCH_TEST_WITH_SLOW"] = "1"
+    env.pop(START_METHOD_ENV, None)
+    if start_method:
+        env[START_METHOD_ENV] = start_method
     paths = ([str(patch_dir)] if patch_dir else []) + [str(REPO_ROOT)] + [str(p) for p in extra_paths]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
@@ -204,7 +210,7 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
 
 def run_suite(test_file: Path, *, patched: bool, keyword: str | None, timeout_s: float, exit_grace_s: float,
               extra_paths: Sequence[Path], target: str = DEFAULT_TARGET, log_dir: Path | None = None,
-              with_slow: bool = False) -> SuiteRun:
+              with_slow: bool = False, start_method: str | None = None) -> SuiteRun:
     """Run ``test_file`` under pytest in a child interpreter (restarting after a crash or hang)."""
     work = Path(tempfile.mkdtemp(prefix="torch_suite-", dir=log_dir))
     patch_dir = write_patch_dir(work / "patch") if patched else None
@@ -212,7 +218,7 @@ def run_suite(test_file: Path, *, patched: bool, keyword: str | None, timeout_s:
     ini.write_text("[pytest]\n", encoding="utf-8")
     events_path, log_path = work / "events.jsonl", work / "pytest.log"
     env = child_environment(os.environ, patch_dir=patch_dir, extra_paths=extra_paths, events_path=events_path,
-                            timeout_s=timeout_s, target=target, with_slow=with_slow)
+                            timeout_s=timeout_s, target=target, with_slow=with_slow, start_method=start_method)
     start, attempts, exit_delay, leftovers = time.monotonic(), 0, None, []
     done: set[str] = set()
     while attempts < MAX_RESTARTS:
@@ -299,6 +305,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", type=Path, metavar="JSON", help="stock results from an earlier --json report")
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression: run a subset")
     parser.add_argument("--with-slow", action="store_true", help="also run torch's @slowTest tests (test_proper_exit)")
+    parser.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), metavar="METHOD",
+                        help="multiprocessing's default start method for the whole file: fork, forkserver or spawn "
+                             "(set in the pytest child before the tests; default: the interpreter's)")
     parser.add_argument("--target", default=DEFAULT_TARGET,
                         help=f"replacement 'module:attr' (default {DEFAULT_TARGET})")
     parser.add_argument("--timeout", type=float, default=180.0, metavar="S", help="per-test limit in seconds")
@@ -334,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     deps = args.test_file.parent / "deps"
     extra = args.extra_path if args.extra_path is not None else [deps] if deps.is_dir() else []
     common = dict(keyword=args.keyword, timeout_s=args.timeout, exit_grace_s=args.exit_grace,
-                  extra_paths=extra, target=args.target, log_dir=args.log_dir, with_slow=args.with_slow)
+                  extra_paths=extra, target=args.target, log_dir=args.log_dir, with_slow=args.with_slow,
+                  start_method=args.start_method)
     runs: dict[str, SuiteRun] = {}
     if args.baseline:
         try:

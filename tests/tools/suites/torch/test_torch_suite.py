@@ -222,6 +222,19 @@ def test_run_suite_reports_timeouts_an_interpreter_that_does_not_exit_and_leftov
     assert any("time.sleep(60)" in p for p in run.leftovers), run.leftovers
 
 
+def test_run_suite_sets_the_start_method_for_the_whole_file_before_it_is_imported(tmp_path: Path) -> None:
+    test_file = tmp_path / "suite" / "test_method.py"
+    test_file.parent.mkdir()
+    test_file.write_text("import multiprocessing\nAT_IMPORT = multiprocessing.get_start_method(allow_none=True)\n"
+                         "def test_method():\n    assert AT_IMPORT == multiprocessing.get_start_method() == 'spawn'\n")
+    stale = {**os.environ, plugin.START_METHOD_ENV: "forkserver"}
+    assert plugin.START_METHOD_ENV not in torch_suite.child_environment(
+        stale, patch_dir=None, extra_paths=[], events_path=tmp_path / "e.jsonl", timeout_s=5.0, target="m:C")
+    run = torch_suite.run_suite(test_file, patched=False, keyword=None, timeout_s=60.0, exit_grace_s=20.0,
+                                extra_paths=[], log_dir=tmp_path, start_method="spawn")
+    assert {k.split("::")[-1]: v.status for k, v in run.results.items()} == {"test_method": "passed"}
+
+
 def test_main_refuses_a_missing_test_file_and_an_unreadable_baseline(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert torch_suite.main([str(tmp_path / "absent.py")]) == 2
