@@ -26,6 +26,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
+import threading
 import time
 import warnings
 import weakref
@@ -367,14 +368,19 @@ class ProcessWorkers:
             self.close(wait=False)
 
 
+STOP_GRACE_S = 5.0  # how long workers told to stop may take to leave before they are terminated (torch's join)
+
+
 def _tell_to_stop(iterator: Any) -> None:
     """End a torch iterator's workers without waiting for them (a failed pass, a finaliser).
 
     Torch's own shutdown joins each worker for up to 5 s, which can stall a garbage
-    collection; here the workers are signalled and terminated at once (what torch's
-    shutdown does to a worker that does not leave in time), and the iterator is marked
-    shut down: a worker terminated inside ``done_event.is_set()`` leaves the event's
-    lock held, so torch's finaliser setting it again would hang the process for good.
+    collection. Here each worker gets torch's final signal (``None`` on its index queue,
+    after ``done_event``) and leaves on its own, with exit code 0 as under torch's
+    shutdown; a daemon thread terminates any still running after ``STOP_GRACE_S``
+    (what torch's shutdown does to a worker that does not leave in time). The iterator
+    is marked shut down: a worker terminated inside ``done_event.is_set()`` leaves the
+    event's lock held, so torch's finaliser setting it again would hang the process.
     """
     done = getattr(iterator, "_workers_done_event", None)
     if done is None or getattr(iterator, "_shutdown", True):
@@ -384,15 +390,35 @@ def _tell_to_stop(iterator: Any) -> None:
     if pin_done is not None:
         pin_done.set()  # a daemon thread: it leaves at its next check
     done.set()
-    if getattr(iterator, "_worker_pids_set", False):  # before the SIGTERMs, which torch's SIGCHLD
+    if getattr(iterator, "_worker_pids_set", False):  # before any SIGTERM, which torch's SIGCHLD
         _signal_handling._remove_worker_pids(id(iterator))  # handler would raise in this thread
         iterator._worker_pids_set = False
-    for worker in getattr(iterator, "_workers", ()):
-        if worker.is_alive():
-            worker.terminate()
     for queue in getattr(iterator, "_index_queues", ()):
-        queue.cancel_join_thread()  # a full pipe to a terminated worker must not block this process's exit
+        queue.put(None)  # torch's final signal: the worker's loop ends and the process exits 0
+        queue.cancel_join_thread()  # a full pipe to a dead worker must not block this process's exit
         queue.close()
+    workers = [w for w in getattr(iterator, "_workers", ()) if w.exitcode is None]
+    if workers:
+        try:
+            threading.Thread(target=_terminate_stragglers, args=(workers,), name="shardfeed-worker-reaper",
+                             daemon=True).start()
+        except RuntimeError:  # interpreter shutdown: no new threads; multiprocessing ends daemonic workers
+            _terminate_stragglers(workers, grace_s=0.0)
+
+
+def _terminate_stragglers(workers: Sequence[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """Terminate the worker processes that have not exited within ``grace_s`` seconds.
+
+    Only their sentinels are watched: nothing here reaps a process, so a user joining the
+    same workers meanwhile still reads their exit codes.
+    """
+    by_sentinel = {w.sentinel: w for w in workers}
+    deadline = time.monotonic() + grace_s
+    while by_sentinel and (remaining := deadline - time.monotonic()) > 0:
+        for sentinel in multiprocessing.connection.wait(list(by_sentinel), timeout=remaining):
+            del by_sentinel[sentinel]
+    for worker in by_sentinel.values():
+        worker.terminate()
 
 
 def _shutdown(iterator: Any) -> None:

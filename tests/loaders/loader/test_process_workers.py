@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import re
+import signal
 import threading
 import time
 from multiprocessing import resource_sharer
@@ -134,3 +136,51 @@ def test_a_worker_that_dies_while_its_batch_is_received_is_reported_with_its_bat
     # worker finish exiting before the receiver's own liveness check, which then reported the death itself).
     notes = getattr(info.value, "__notes__", [])
     assert not notes or any("could not be received: ConnectionResetError" in note for note in notes), notes
+
+
+class Counting(torch.utils.data.IterableDataset):  # type: ignore[type-arg]  # at module level: spawn pickles it
+    def __iter__(self) -> Any:
+        return iter(range(12))
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_workers_of_a_dropped_loader_leave_on_their_own_with_exit_code_zero(method: str) -> None:
+    """As under torch's shutdown (PyTorch's test_iterable_style_dataset under forkserver): a loader
+    dropped with persistent workers tells them to stop; they are not killed."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(method, force=True)
+    try:
+        loader = DataLoader(Counting(), num_workers=2, batch_size=None, persistent_workers=True)
+        iterator = iter(loader)
+        assert sorted(iterator) == sorted(list(range(12)) * 2)
+        workers = iterator._workers
+        assert len(workers) == 2 and all(w.exitcode is None for w in workers)
+        del iterator, loader
+        for worker in workers:
+            worker.join(60)
+        assert [w.exitcode for w in workers] == [0, 0]
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
+
+
+class Stuck(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        if index > 0:
+            time.sleep(600)  # a worker that never reads its stop signal
+        return index
+
+
+def test_a_worker_that_does_not_leave_when_told_is_terminated() -> None:
+    # forkserver: torch's workers exit 0 on a SIGTERM from their parent, which here is not this process
+    stopping = multiprocessing.get_context("forkserver")
+    loader = DataLoader(Stuck(), num_workers=2, batch_size=1, persistent_workers=True, multiprocessing_context=stopping)
+    iterator = iter(loader)
+    assert next(iterator).tolist() == [0]
+    workers = list(iterator._workers)
+    del iterator, loader
+    for worker in workers:
+        worker.join(60)
+    assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2
