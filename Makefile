@@ -1,5 +1,6 @@
 # shardfeed: two commands do everything on a fresh machine.
-#   make demo   set up .venv, make a sample raw dataset, shard it, load it, print throughput
+#   make demo   set up .venv, make a sample raw dataset, shard it, load it, print throughput;
+#               then tokenize a text corpus, train a small LM 100 steps, resume it on 2 workers
 #   make test   set up .venv, run the test suite
 #   make check  set up .venv, then ruff, mypy and the structure review (python -m tools.review)
 # Override the torch requirement for another machine: TORCH=torch make demo
@@ -87,6 +88,8 @@ demo: $(STAMP)
 	$(VENV)/bin/dataprep shard $(DEMO)/raw/images $(DEMO)/shards --shard-size 16MB --resize-short 256
 	$(VENV)/bin/dataprep info $(DEMO)/shards
 	$(PY) examples/load_shards.py $(DEMO)/shards --raw $(DEMO)/raw/images
+	$(PY) examples/train_lm.py $(DEMO)/lm-tokens --demo --steps 100 --checkpoint $(DEMO)/lm.pt
+	$(PY) examples/train_lm.py $(DEMO)/lm-tokens --steps 150 --checkpoint $(DEMO)/lm.pt --resume --workers 2
 
 test: $(STAMP)
 	$(PY) -m pytest -q
