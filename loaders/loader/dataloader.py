@@ -5,9 +5,10 @@ What changes without any other edit:
 
 - defaults: ``num_workers`` from ``loaders.read.topology.default_num_workers``,
   ``pin_memory`` when CUDA is available, persistent workers when there are workers;
-- thread workers for up to 4 workers over datasets that declare ``releases_gil = True`` (no
-  pickling, no inter-process copies; batches collated straight into pinned memory), torch's
-  worker processes otherwise, with thread limits and per-(epoch, rank, worker) seeds;
+- thread workers for up to 4 workers over datasets that declare ``releases_gil = True``, and
+  at any count over datasets that declare ``light_items = True`` (no pickling, no
+  inter-process copies; batches collated straight into pinned memory), torch's worker
+  processes otherwise, with thread limits and per-(epoch, rank, worker) seeds;
 - a deterministic, resumable order: ``state_dict()`` / ``load_state_dict()``;
 - a dataset's own exception class in the training loop, with a note naming worker,
   batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
@@ -94,8 +95,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     worker_type: "auto", "thread" or "process". "auto" (``loaders.loader.worker_choice``):
         threads when the dataset declares ``releases_gil = True`` (its per-sample work runs
         without the GIL: this package's datasets with no transform or its decode
-        transforms; a user's own transform only if it declares so) and ``num_workers <= 4``;
-        processes otherwise, and for iterable datasets or a ``multiprocessing_context``.
+        transforms; a user's own transform only if it declares so) and ``num_workers <= 4``,
+        or declares ``light_items = True`` (an item costs less than pickling it out of a
+        process: ``TokenDataset``, ``Mixture``); processes otherwise, and for iterable
+        datasets or a ``multiprocessing_context``.
         Under spawn or forkserver (Python 3.14's Linux default), a dataset, collate_fn or
         worker_init_fn that cannot be pickled gets threads (iterable: the main process)
         with one warning, unless processes were asked for (worker_type="process", a

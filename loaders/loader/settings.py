@@ -101,7 +101,8 @@ class LoaderOptions:
                               "go on after it raised")
         given = WorkerInputs(
             requested=WorkerType(self.worker_type), iterable=iterable,
-            releases_gil=getattr(loader.dataset, "releases_gil", False) is True, num_workers=loader.num_workers,
+            releases_gil=getattr(loader.dataset, "releases_gil", False) is True,
+            light_items=getattr(loader.dataset, "light_items", False) is True, num_workers=loader.num_workers,
             workers_given=workers_given, has_mp_context=loader.multiprocessing_context is not None,
             start_method=start_method(loader.multiprocessing_context))
         choice = choose_workers(given)

@@ -9,6 +9,9 @@ can be pickled, as spawn and forkserver pickle them.
 
 - an IterableDataset, or a ``multiprocessing_context`` given: processes (an iterable shards
   itself with ``get_worker_info()`` in worker processes; a context names processes);
+- threads when the dataset declares ``light_items = True``: an item costs less than pickling
+  it out of a worker process (``TokenDataset``, ``Mixture``: a memory-map slice and a few
+  small numpy operations), so threads win at any worker count though the GIL serialises them;
 - threads when the dataset declares that its per-sample work releases the GIL
   (``releases_gil = True``: ``ShardDataset`` / ``ParquetShardDataset`` with no transform or
   with this package's decode transforms; a user's own transform is not known to, unless it
@@ -84,6 +87,7 @@ class WorkerInputs:
     requested: WorkerType
     iterable: bool
     releases_gil: bool
+    light_items: bool = False
     num_workers: int
     workers_given: bool
     has_mp_context: bool
@@ -109,7 +113,7 @@ def choose_workers(given: WorkerInputs) -> WorkerChoice:
         return WorkerChoice(kind, given.num_workers)
     why = f"the {given.unsendable}, and the {given.start_method!r} start method pickles what each worker receives"
     asked = (given.requested is WorkerType.PROCESS or given.has_mp_context
-             or (given.workers_given and (given.iterable or not given.releases_gil)))
+             or (given.workers_given and (given.iterable or not (given.releases_gil or given.light_items))))
     if asked:
         threads = "" if given.iterable else ", or worker_type='thread'"
         raise ConfigError(f"worker processes cannot be started: {why}; define it at module level so that pickle "
@@ -129,7 +133,7 @@ def _preferred(given: WorkerInputs) -> WorkerType:
         return given.requested
     if given.iterable or given.has_mp_context:
         return WorkerType.PROCESS
-    if given.releases_gil and given.num_workers <= MAX_THREAD_WORKERS:
+    if given.light_items or (given.releases_gil and given.num_workers <= MAX_THREAD_WORKERS):
         return WorkerType.THREAD
     return WorkerType.PROCESS
 

@@ -77,10 +77,11 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
 
     # What loaders.DataLoader uses when the user gives no collate_fn (and batch_size is not None).
     default_collate_fn = staticmethod(collate)
-    # Thread workers by default under loaders.DataLoader. Reading an item mostly holds the GIL
-    # (small numpy work on S tokens), but one thread reads 1-2e7 tokens/s and worker processes
-    # were 5-6x slower, pickling every batch out (python -m tools.token_threads; README).
-    releases_gil = True
+    # Thread workers under loaders.DataLoader at any worker count (loaders.loader.worker_choice):
+    # reading an item mostly holds the GIL (small numpy work on S tokens), so it does not declare
+    # releases_gil, but one thread reads 1-2e7 tokens/s and worker processes were 5-6x slower,
+    # pickling every batch out (python -m tools.bench.token_threads; README).
+    light_items = True
 
     def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, seq_len: int,
                  seed: int = 0, topology: Topology | None = None, mask_across_documents: bool = False,

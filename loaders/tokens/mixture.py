@@ -112,11 +112,11 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
 
     Items are read as the sources' items (numpy, see ``loaders.tokens.window``); under
     ``loaders.DataLoader`` batches are collated by ``loaders.tokens.collate`` (``default_collate_fn``)
-    and read by thread workers (``releases_gil``), as for a ``TokenDataset``.
+    and read by thread workers (``light_items``), as for a ``TokenDataset``.
     """
 
     default_collate_fn = staticmethod(collate)
-    releases_gil = TokenDataset.releases_gil
+    light_items = TokenDataset.light_items
 
     def __init__(self, sources: Mapping[str, TokenDataset], *, weights: Mapping[str, float],
                  exhaustion: Exhaustion | str = Exhaustion.STOP, num_sequences: int | None = None,

@@ -57,6 +57,9 @@ def inputs(**changes: Any) -> WorkerInputs:
     ({"requested": THREAD, "num_workers": 16, "releases_gil": False}, THREAD),
     ({"requested": PROCESS, "num_workers": 1}, PROCESS),
     ({"num_workers": 0}, THREAD),
+    ({"releases_gil": False, "light_items": True, "num_workers": 16}, THREAD),  # tokens: pickling costs more
+    ({"releases_gil": False, "light_items": True, "iterable": True}, PROCESS),
+    ({"releases_gil": False, "light_items": True, "requested": PROCESS}, PROCESS),
 ], ids=lambda value: str(value))
 def test_auto_picks_threads_only_for_few_workers_whose_work_releases_the_gil(changes: dict[str, Any],
                                                                               expected: WorkerType) -> None:

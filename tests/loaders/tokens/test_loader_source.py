@@ -67,6 +67,19 @@ def test_batches_carry_the_token_fields_without_a_collate_fn(counting: TokenData
     assert single["input_ids"].shape == (SEQ_LEN,) and torch.equal(single["input_ids"], batch["input_ids"][0])
 
 
+def test_token_datasets_are_read_by_threads_at_any_worker_count(counting: TokenDataset, three_sources: Mixture) -> None:
+    """``light_items``: past 4 workers, where a dataset that only releases the GIL gets processes, a token
+    dataset still gets threads (pickling its batches out of processes costs more than reading them)."""
+    for dataset in (counting, three_sources):
+        loader = DataLoader(dataset, batch_size=4, num_workers=8)
+        assert loader.worker_type == "thread"
+        first = [b["input_ids"] for b, _ in zip(loader, range(3), strict=False)]
+        inline = [b["input_ids"] for b, _ in zip(DataLoader(dataset, batch_size=4, num_workers=0), range(3),
+                                                  strict=False)]
+        assert all(torch.equal(a, b) for a, b in zip(first, inline, strict=True))
+        loader.close()
+
+
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_pin_memory_without_cuda_and_the_device_path_on_the_cpu(counting: TokenDataset, worker_type: str) -> None:
     expected = list(DataLoader(counting, batch_size=5, num_workers=0))
