@@ -36,5 +36,5 @@ def keep_interrupts() -> None:
             return
         previous(unraisable)
 
-    hook.keeps_interrupts = True  # type: ignore[attr-defined]
+    hook.keeps_interrupts = True  # type: ignore[attr-defined]  # a marker attribute on a function
     sys.unraisablehook = hook

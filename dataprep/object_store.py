@@ -65,7 +65,7 @@ class ObjectOutputStore:
         return {"remote": self.remote}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["remote"])  # type: ignore[misc]
+        self.__init__(state["remote"])  # type: ignore[misc]  # __setstate__ rebuilds
 
     def describe(self) -> str:
         return str(self.remote.url)

@@ -158,7 +158,7 @@ class Forked(Generic[R]):
             raise WorkerCrashError(f"a forked process died ({describe_exit(self.exit_status)})", [])
         if self.error is not None:
             raise self.error
-        return self.value  # type: ignore[return-value]
+        return self.value  # type: ignore[return-value]  # set before done is, by the one writer
 
 
 def describe_exit(exit_status: int | None) -> str:

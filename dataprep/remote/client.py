@@ -171,7 +171,7 @@ class RemoteStore:
         return {"url": self.url, "config": self.config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["config"])  # type: ignore[misc]
+        self.__init__(state["url"], state["config"])  # type: ignore[misc]  # __setstate__ rebuilds
 
     def __repr__(self) -> str:
         return f"RemoteStore({str(self.url)!r})"

@@ -86,6 +86,6 @@ class RemoteConfig:
 
 def _check_positive(name: str, value: object, kind: type) -> None:
     ok_type = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
-    if isinstance(value, bool) or not ok_type or not value > 0:  # type: ignore[operator]
+    if isinstance(value, bool) or not ok_type or not value > 0:  # type: ignore[operator]  # ok_type checked it
         expected = "a positive number" if kind is float else "a positive int"
         raise RemoteConfigError(f"{name!r} must be {expected} (got {value!r} that is a {type(value).__name__})")

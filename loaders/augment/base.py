@@ -113,7 +113,7 @@ def check_range(name: str, value: object, *, positive: bool = False) -> tuple[fl
     if not ok:
         kind = "positive" if positive else "non-negative"
         raise ConfigError(f"'{name}' must be a ({kind} low, high) pair with low <= high (got {describe(value)})")
-    return float(pair[0]), float(pair[1])  # type: ignore[index]
+    return float(pair[0]), float(pair[1])  # type: ignore[index]  # a 2-sequence, checked above
 
 
 def to_pair(name: str, value: object) -> tuple[int, int]:

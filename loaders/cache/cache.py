@@ -347,7 +347,7 @@ class ShardCache:
         return {"store": self.store, "catalog": self.catalog, "config": self.config, "schedule": self._schedule}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["store"], state["catalog"], state["config"])  # type: ignore[misc]
+        self.__init__(state["store"], state["catalog"], state["config"])  # type: ignore[misc]  # __setstate__ rebuilds
         self._schedule = state["schedule"]
 
 

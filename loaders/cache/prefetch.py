@@ -118,7 +118,7 @@ class Prefetcher:
         """In a forked child: no thread runs here, and the leader lock is the parent's."""
         if self._leader_fd is not None:
             os.close(self._leader_fd)
-        self.__init__(self.cache)  # type: ignore[misc]
+        self.__init__(self.cache)  # type: ignore[misc]  # __setstate__ rebuilds
 
     def _run(self, halt: threading.Event) -> None:
         leader: int | None = None  # this thread's hold on leader.lock (a later thread takes its own)

@@ -26,7 +26,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
-import threading
 import time
 import warnings
 import weakref
@@ -38,7 +37,6 @@ import torch.utils.data
 
 # Bound at import: a user may install loaders.DataLoader as torch.utils.data.DataLoader,
 # and the inner loader must stay torch's own (looked up at call time it would recurse).
-from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader
 
 from loaders.errors import UnsendableBatchError, WorkerError, WorkerLostError
@@ -47,6 +45,7 @@ from loaders.loader.batch_source import Job
 from loaders.loader.epoch_sync import EpochSync
 from loaders.loader.fetch import Fetched, fetch_samples
 from loaders.loader.messages import dead_pids, describe_batch, describe_error, is_receive_error, portable_error
+from loaders.loader.worker_stop import shut_down, tell_to_stop
 from loaders.loader.worker_start import WorkerInit, seed_worker, seeded_for
 
 __all__ = ["RECEIVE_GRACE_S", "EpochStream", "GuardedDataset", "IndexBatch", "ProcessWorkers"]
@@ -361,68 +360,8 @@ class ProcessWorkers:
             self._loader, self._iterator = loader, iterator
             return
         for it in (iterator, getattr(loader, "_iterator", None)):
-            _shutdown(it) if wait else _tell_to_stop(it)
+            shut_down(it) if wait else tell_to_stop(it)
 
     def __del__(self) -> None:
         if hasattr(self, "_loader"):
             self.close(wait=False)
-
-
-STOP_GRACE_S = 5.0  # how long workers told to stop may take to leave before they are terminated (torch's join)
-
-
-def _tell_to_stop(iterator: Any) -> None:
-    """End a torch iterator's workers without waiting for them (a failed pass, a finaliser).
-
-    Torch's own shutdown joins each worker for up to 5 s, which can stall a garbage
-    collection. Here each worker gets torch's final signal (``None`` on its index queue,
-    after ``done_event``) and leaves on its own, with exit code 0 as under torch's
-    shutdown; a daemon thread terminates any still running after ``STOP_GRACE_S``
-    (what torch's shutdown does to a worker that does not leave in time). The iterator
-    is marked shut down: a worker terminated inside ``done_event.is_set()`` leaves the
-    event's lock held, so torch's finaliser setting it again would hang the process.
-    """
-    done = getattr(iterator, "_workers_done_event", None)
-    if done is None or getattr(iterator, "_shutdown", True):
-        return
-    iterator._shutdown = True
-    pin_done = getattr(iterator, "_pin_memory_thread_done_event", None)
-    if pin_done is not None:
-        pin_done.set()  # a daemon thread: it leaves at its next check
-    done.set()
-    if getattr(iterator, "_worker_pids_set", False):  # before any SIGTERM, which torch's SIGCHLD
-        _signal_handling._remove_worker_pids(id(iterator))  # handler would raise in this thread
-        iterator._worker_pids_set = False
-    for queue in getattr(iterator, "_index_queues", ()):
-        queue.put(None)  # torch's final signal: the worker's loop ends and the process exits 0
-        queue.cancel_join_thread()  # a full pipe to a dead worker must not block this process's exit
-        queue.close()
-    workers = [w for w in getattr(iterator, "_workers", ()) if w.exitcode is None]
-    if workers:
-        try:
-            threading.Thread(target=_terminate_stragglers, args=(workers,), name="shardfeed-worker-reaper",
-                             daemon=True).start()
-        except RuntimeError:  # interpreter shutdown: no new threads; multiprocessing ends daemonic workers
-            _terminate_stragglers(workers, grace_s=0.0)
-
-
-def _terminate_stragglers(workers: Sequence[Any], grace_s: float = STOP_GRACE_S) -> None:
-    """Terminate the worker processes that have not exited within ``grace_s`` seconds.
-
-    Only their sentinels are watched: nothing here reaps a process, so a user joining the
-    same workers meanwhile still reads their exit codes.
-    """
-    by_sentinel = {w.sentinel: w for w in workers}
-    deadline = time.monotonic() + grace_s
-    while by_sentinel and (remaining := deadline - time.monotonic()) > 0:
-        for sentinel in multiprocessing.connection.wait(list(by_sentinel), timeout=remaining):
-            del by_sentinel[sentinel]
-    for worker in by_sentinel.values():
-        worker.terminate()
-
-
-def _shutdown(iterator: Any) -> None:
-    """Stop a torch iterator's worker processes now (torch would at garbage collection)."""
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if callable(shutdown):
-        shutdown()

@@ -160,7 +160,8 @@ def decode_box(data: bytes, full_size: tuple[int, int], n: int, box: tuple[float
     # arithmetic and, in stock Pillow, the same choice of which pass runs first (it depends
     # on the input's size): the same pixels out.
     # Pillow takes any buffer; its stubs say bytes.
-    image = Image.frombuffer("RGBX", (scaled_w, scaled_h), pixels, "raw", "RGBX", 0, 1)  # type: ignore[arg-type]
+    image = Image.frombuffer("RGBX", (scaled_w, scaled_h),
+                             pixels, "raw", "RGBX", 0, 1)  # type: ignore[arg-type]  # a buffer, not bytes: no copy
     return image.resize(size, resample, box=(left, top, left + box_w, top + box_h))
 
 

@@ -181,7 +181,7 @@ class LocalShardFiles:
         return {"root": self.root}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["root"])  # type: ignore[misc]
+        self.__init__(state["root"])  # type: ignore[misc]  # __setstate__ rebuilds
 
 
 class _Reader(threading.local):
@@ -318,7 +318,7 @@ class CachedShardFiles:
         return {"cache": self.cache, "plan": self._plan, "shard_starts": self._shard_starts, "topology": self._topology}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["cache"])  # type: ignore[misc]
+        self.__init__(state["cache"])  # type: ignore[misc]  # __setstate__ rebuilds
         self.set_plan(state["plan"], state["shard_starts"], state["topology"])
 
 

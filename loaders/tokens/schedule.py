@@ -159,4 +159,4 @@ class ScheduleIndex:
         return {"shares": self.shares, "origin_step": self.origin_step, "origin_counts": self.origin_counts}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["shares"], state["origin_step"], state["origin_counts"])  # type: ignore[misc]
+        self.__init__(state["shares"], state["origin_step"], state["origin_counts"])  # type: ignore[misc]  # rebuild

@@ -28,7 +28,7 @@ class StreamIndex(NamedTuple):
     """Global sequence ``index`` of ``epoch``, read under the schedule ``segment`` (None: the epoch's own)."""
 
     # The glossary's name (as SampleIndex's): it hides tuple.index(), which nothing here needs.
-    index: int  # type: ignore[assignment]
+    index: int  # type: ignore[assignment]  # a field named like tuple.index, on purpose
     epoch: int
     segment: Segment | None = None
 

@@ -128,7 +128,8 @@ def test_identical_inputs_give_identical_bytes(tmp_path: Path) -> None:
     assert first == second
     for s in first:
         assert (tmp_path / "a" / s.name).read_bytes() == (tmp_path / "b" / s.name).read_bytes()
-        assert (tmp_path / "a" / s.index).read_bytes() == (tmp_path / "b" / s.index).read_bytes()  # type: ignore[operator]
+        assert s.index is not None
+        assert (tmp_path / "a" / s.index).read_bytes() == (tmp_path / "b" / s.index).read_bytes()
 
 
 def test_start_shard_and_prefix_name_the_shards(tmp_path: Path) -> None:
