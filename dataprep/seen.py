@@ -58,8 +58,6 @@ import json
 import os
 import re
 from array import array
-from collections.abc import Iterator
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -69,13 +67,11 @@ import numpy as np
 
 from dataprep.errors import FormatError, UsageError
 from dataprep.fsutil import atomic_write_bytes, fsync_dir
+from dataprep.seen_runs import HEADER_BYTES, RUN_MAGIC, VERSION, Cursor, Layout, Run, RunWriter
 
 FORMAT_NAME = "shardfeed.seen"
-VERSION = 1
 MANIFEST_NAME = "seen.json"
 LOCK_NAME = "lock"
-RUN_MAGIC = b"SFSEEN01"
-_HEADER_BYTES = 32  # magic (8) | version u32 | digest_bytes u32 | count u64 | reserved (8)
 _RUN_NAME = re.compile(r"run-(\d{8})\.bin")
 _OURS = re.compile(r"run-\d{8}\.bin|seen\.json|\.seen\.json\.tmp|lock")
 _MANIFEST_KEYS = ("format", "version", "digest_bytes", "next_run", "mark", "runs")
@@ -107,107 +103,6 @@ class SeenLimits:
                 raise UsageError(f"SeenLimits.{name} must be an int in [{low}, {high}] (got {value!r})")
 
 
-class _Layout:
-    """Record layout for one digest length: numpy dtypes of a run's records."""
-
-    def __init__(self, digest_bytes: int) -> None:
-        self.digest_bytes = digest_bytes
-        self.key_bytes = -(-digest_bytes // 8) * 8
-        self.pad = bytes(self.key_bytes - digest_bytes)
-        self.record_bytes = self.key_bytes + 8
-        self.records = np.dtype([("key", f"V{self.key_bytes}"), ("position", "<i8")])
-        words = self.key_bytes // 8
-        self.word_names = [f"w{i}" for i in range(words)]
-        self.words = np.dtype({"names": self.word_names, "formats": [">u8"] * words,
-                               "offsets": [8 * i for i in range(words)], "itemsize": self.record_bytes})
-        self.head = np.dtype({"names": ["h"], "formats": ["<u8"], "offsets": [0], "itemsize": self.record_bytes})
-
-    def sort(self, records: np.ndarray) -> np.ndarray:
-        """``records`` in digest order (bytewise)."""
-        view = records.view(self.words)
-        order = np.lexsort([view[name] for name in reversed(self.word_names)])
-        return records[order]
-
-    def prefixes(self, records: np.ndarray) -> np.ndarray:
-        """uint64 [n]: the first 8 digest bytes read big-endian (the sort order of the fence)."""
-        return records.view(self.words)["w0"].astype(np.uint64)
-
-
-class _Run:
-    """One immutable run file: sorted records, its fence, and an open descriptor for lookups."""
-
-    def __init__(self, path: Path, layout: _Layout, count: int, min_position: int, max_position: int,
-                 fence: array) -> None:
-        self.path, self.layout, self.count = path, layout, count
-        self.min_position, self.max_position, self.fence = min_position, max_position, fence
-        self.fd = os.open(path, os.O_RDONLY)
-
-    def find(self, key: bytes, prefix: int, block_rows: int) -> int | None:
-        """Position recorded with ``key`` (padded digest) in this run, or None."""
-        fence = self.fence
-        last = bisect_right(fence, prefix)
-        if last == 0:
-            return None
-        start = max(bisect_left(fence, prefix) - 1, 0) * block_rows
-        stop = min(last * block_rows, self.count)
-        rec = self.layout.record_bytes
-        block = os.pread(self.fd, (stop - start) * rec, _HEADER_BYTES + start * rec)
-        at = block.find(key)
-        while at >= 0 and at % rec:
-            at = block.find(key, at + 1)
-        if at < 0:
-            return None
-        return int.from_bytes(block[at + self.layout.key_bytes:at + rec], "little", signed=True)
-
-    def chunks(self, rows: int) -> Iterator[np.ndarray]:
-        """The run's records in order, ``rows`` at a time (numpy arrays)."""
-        rec = self.layout.record_bytes
-        for start in range(0, self.count, rows):
-            n = min(rows, self.count - start)
-            data = os.pread(self.fd, n * rec, _HEADER_BYTES + start * rec)
-            if len(data) != n * rec:
-                raise FormatError(f"{self.path}: run file ends at record {start + len(data) // rec} of {self.count} "
-                                  "(truncated); hint: the store is damaged, start over with a new one")
-            yield np.frombuffer(data, dtype=self.layout.records)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def describe(self) -> dict[str, Any]:
-        return {"file": self.path.name, "count": self.count, "min_position": self.min_position,
-                "max_position": self.max_position}
-
-
-class _RunWriter:
-    """Writes sorted record arrays to a new run file; ``finish`` returns it as a ``_Run``."""
-
-    def __init__(self, path: Path, layout: _Layout, block_rows: int) -> None:
-        self.path, self.layout, self.block_rows = path, layout, block_rows
-        self.file = open(path, "wb")
-        self.file.write(bytes(_HEADER_BYTES))
-        self.count, self.min_position, self.max_position = 0, -1, -1
-        self.fence = array("Q")
-
-    def write(self, records: np.ndarray) -> None:
-        if not len(records):
-            return
-        first = (-self.count) % self.block_rows
-        self.fence.extend(self.layout.prefixes(records[first::self.block_rows]).tolist())
-        positions = records["position"]
-        low, high = int(positions.min()), int(positions.max())
-        self.min_position = low if self.count == 0 else min(self.min_position, low)
-        self.max_position = max(self.max_position, high)
-        self.count += len(records)
-        self.file.write(np.ascontiguousarray(records).data)
-
-    def finish(self) -> _Run:
-        header = (RUN_MAGIC + VERSION.to_bytes(4, "little") + self.layout.digest_bytes.to_bytes(4, "little")
-                  + self.count.to_bytes(8, "little")).ljust(_HEADER_BYTES, b"\0")
-        self.file.seek(0)
-        self.file.write(header)
-        self.file.close()  # fsync'd by the commit that first names it; a run merged away before never is
-        return _Run(path=self.path, layout=self.layout, count=self.count, min_position=self.min_position,
-                    max_position=self.max_position, fence=self.fence)
 
 class SeenSet:
     """Exact set of digests (bytes, e.g. 16-32 bytes) with the plan position where each was first seen.
@@ -220,9 +115,9 @@ class SeenSet:
     def __init__(self, path: Path, limits: SeenLimits, lock_fd: int) -> None:
         """Use ``SeenSet.open``."""
         self.path, self.limits, self._lock_fd = path, limits, lock_fd
-        self._layout: _Layout | None = None
+        self._layout: Layout | None = None
         self._memtable: dict[bytes, int] = {}
-        self._runs: list[_Run] = []
+        self._runs: list[Run] = []
         self._committed: set[str] = set()  # run files named by seen.json
         self._retired: list[Path] = []  # committed runs no longer in the state: removed after commit
         self._next_run = 0
@@ -304,7 +199,7 @@ class SeenSet:
             self._flush()
         return None
 
-    def _check(self, digest: object, position: object) -> _Layout:
+    def _check(self, digest: object, position: object) -> Layout:
         self._check_open()
         if type(digest) is not bytes:
             raise TypeError(f"digest must be bytes (got {digest!r} that is a {type(digest).__name__})")
@@ -314,7 +209,7 @@ class SeenSet:
             if not 8 <= len(digest) <= 64:
                 raise ValueError(f"digest must be 8 to 64 bytes (got {len(digest)}); "
                                  "hint: a BLAKE2b digest of 16 bytes")
-            self._layout = _Layout(len(digest))
+            self._layout = Layout(len(digest))
         elif len(digest) != self._layout.digest_bytes:
             raise ValueError(f"digest of {len(digest)} bytes for the seen-set store {self.path} of "
                              f"{self._layout.digest_bytes}-byte digests; hint: one digest size per store")
@@ -341,7 +236,7 @@ class SeenSet:
         if type(from_position) is not int or from_position < 0:
             raise ValueError(f"from_position must be an int >= 0 (got {from_position!r})")
         self._memtable = {d: p for d, p in self._memtable.items() if p < from_position}
-        kept: list[_Run] = []
+        kept: list[Run] = []
         for run in self._runs:
             if run.max_position < from_position:
                 kept.append(run)
@@ -394,11 +289,11 @@ class SeenSet:
 
     # -- runs: flush, merge, retire --------------------------------------------------------
 
-    def _writer(self) -> _RunWriter:
+    def _writer(self) -> RunWriter:
         assert self._layout is not None  # a run exists only after a digest fixed the layout
         path = self.path / f"run-{self._next_run:08d}.bin"
         self._next_run += 1
-        return _RunWriter(path, self._layout, self.limits.block_rows)
+        return RunWriter(path, self._layout, self.limits.block_rows)
 
     def _flush(self) -> None:
         """Write the memtable as a new run, then merge runs of similar size."""
@@ -423,7 +318,7 @@ class SeenSet:
         assert layout is not None
         total = sum(run.count for run in inputs)
         slices = max(1, -(-total // self.limits.merge_rows))
-        readers = [_Cursor(run, layout, max(1, self.limits.merge_rows // fanout)) for run in inputs]
+        readers = [Cursor(run, layout, max(1, self.limits.merge_rows // fanout)) for run in inputs]
         writer = self._writer()
         for index in range(1, slices + 1):
             bound = None if index == slices else (index << 64) // slices
@@ -434,7 +329,7 @@ class SeenSet:
         for run in inputs:
             self._retire(run)
 
-    def _retire(self, run: _Run) -> None:
+    def _retire(self, run: Run) -> None:
         run.close()
         if run.path.name in self._committed:
             self._retired.append(run.path)  # still named by seen.json until the next commit
@@ -463,7 +358,7 @@ class SeenSet:
             if digest_bytes is not None:
                 if type(digest_bytes) is not int or not 8 <= digest_bytes <= 64:
                     raise ValueError(f"digest_bytes must be an int in [8, 64] (got {digest_bytes!r})")
-                self._layout = _Layout(digest_bytes)
+                self._layout = Layout(digest_bytes)
             for entry in document["runs"]:
                 self._runs.append(self._open_run(entry))
                 self._count += self._runs[-1].count
@@ -492,7 +387,7 @@ class SeenSet:
             raise FormatError(f"{manifest}: seen-set manifest is not valid JSON ({err}); "
                               "hint: the store is damaged, start over with a new one") from err
 
-    def _open_run(self, entry: dict[str, Any]) -> _Run:
+    def _open_run(self, entry: dict[str, Any]) -> Run:
         assert self._layout is not None
         path, layout = self.path / str(entry["file"]), self._layout
         if not _RUN_NAME.fullmatch(path.name):
@@ -507,15 +402,15 @@ class SeenSet:
         except OSError as err:
             raise FormatError(f"{path}: run file named by {MANIFEST_NAME} cannot be read ({err}); "
                               "hint: the store is damaged, start over with a new one") from err
-        wanted = _HEADER_BYTES + count * layout.record_bytes
+        wanted = HEADER_BYTES + count * layout.record_bytes
         if header != expected or size != wanted:
             raise FormatError(f"{path}: run header or size does not match {MANIFEST_NAME} (expected {count} records "
                               f"of {layout.digest_bytes}-byte digests, {wanted} bytes; got {size} bytes, header "
                               f"{header[:8]!r}); hint: the store is damaged, start over with a new one")
-        return _Run(path=path, layout=layout, count=count, min_position=int(entry["min_position"]),
+        return Run(path=path, layout=layout, count=count, min_position=int(entry["min_position"]),
                     max_position=int(entry["max_position"]), fence=array("Q"))
 
-    def _scan(self, run: _Run) -> None:
+    def _scan(self, run: Run) -> None:
         """Build a reopened run's fence and set the Bloom bits of its digests (one sequential read)."""
         layout, rows, block_rows = run.layout, self.limits.merge_rows, self.limits.block_rows
         bits = np.frombuffer(self._bloom, dtype=np.uint8)
@@ -534,27 +429,3 @@ class SeenSet:
             path.unlink()
         if stale:
             fsync_dir(self.path)
-
-
-class _Cursor:
-    """Reads one run forward for a merge, handing out the records below a key bound."""
-
-    def __init__(self, run: _Run, layout: _Layout, rows: int) -> None:
-        self.layout = layout
-        self.chunks = run.chunks(rows)
-        self.pending = np.empty(0, dtype=layout.records)
-        self.done = False
-
-    def take_below(self, bound: int | None) -> np.ndarray:
-        """Records whose first 8 digest bytes (big-endian) are < ``bound`` (None: all the rest)."""
-        while not self.done and (bound is None or not len(self.pending)
-                                 or int(self.layout.prefixes(self.pending[-1:])[0]) < bound):
-            chunk = next(self.chunks, None)
-            if chunk is None:
-                self.done = True
-            else:
-                self.pending = np.concatenate([self.pending, chunk])
-        prefixes = self.layout.prefixes(self.pending)
-        cut = len(self.pending) if bound is None else int(np.searchsorted(prefixes, np.uint64(bound)))
-        taken, self.pending = self.pending[:cut], self.pending[cut:]
-        return taken
