@@ -45,17 +45,19 @@ def tell_to_stop(iterator: Any) -> None:
     workers = [w for w in getattr(iterator, "_workers", ()) if w.exitcode is None]
     if workers:
         try:
-            threading.Thread(target=terminate_stragglers, args=(workers,), name="shardfeed-worker-reaper",
-                             daemon=True).start()
+            # The thread holds the iterator: a worker still starting (spawn, forkserver) unpickles its
+            # events and queues, whose semaphores must outlive its start.
+            threading.Thread(target=terminate_stragglers, args=(workers,), kwargs={"keep": iterator},
+                             name="shardfeed-worker-reaper", daemon=True).start()
         except RuntimeError:  # interpreter shutdown: no new threads; multiprocessing ends daemonic workers
             terminate_stragglers(workers, grace_s=0.0)
 
 
-def terminate_stragglers(workers: Sequence[Any], grace_s: float = STOP_GRACE_S) -> None:
+def terminate_stragglers(workers: Sequence[Any], grace_s: float = STOP_GRACE_S, keep: object = None) -> None:
     """Terminate the worker processes that have not exited within ``grace_s`` seconds.
 
     Only their sentinels are watched: nothing here reaps a process, so a user joining the
-    same workers meanwhile still reads their exit codes.
+    same workers meanwhile still reads their exit codes. ``keep``: held until then.
     """
     by_sentinel = {w.sentinel: w for w in workers}
     deadline = time.monotonic() + grace_s

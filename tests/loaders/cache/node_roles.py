@@ -24,7 +24,9 @@ from pathlib import Path
 from dataprep.remote import RemoteConfig
 from loaders.cache import ShardCache
 
-REMOTE = RemoteConfig(timeout_s=20.0, stall_s=2.0, backoff_s=0.01, max_backoff_s=0.2)
+# Ranks count requests at the server: a body silent for stall_s is fetched again from the byte reached (a
+# second request), so stall_s is far above what a busy machine's server takes (2 s was not, under load).
+REMOTE = RemoteConfig(timeout_s=120.0, stall_s=60.0, backoff_s=0.01, max_backoff_s=0.2)
 PATIENT = RemoteConfig(timeout_s=60.0, stall_s=30.0)  # the kill -9 test kills it while a body stalls
 
 

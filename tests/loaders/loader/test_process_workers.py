@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from multiprocessing import resource_sharer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from loaders.loader.collate import default_collate
 from loaders.loader.fetch import Fetched
 from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
 from loaders.loader.worker_start import WorkerInit
-from tests.loaders.helpers import jobs
+from tests.loaders.helpers import jobs, wait_until
 
 
 class Numbers(torch.utils.data.Dataset):
@@ -164,21 +165,29 @@ def test_workers_of_a_dropped_loader_leave_on_their_own_with_exit_code_zero(meth
 
 
 class Stuck(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Item 0 at once; any other item marks ``marks``/<index> and never returns (it ignores any stop signal)."""
+
+    def __init__(self, marks: Path) -> None:
+        self.marks = marks
+
     def __len__(self) -> int:
         return 4
 
     def __getitem__(self, index: int) -> int:
         if index > 0:
-            time.sleep(600)  # a worker that never reads its stop signal
+            (self.marks / str(index)).touch()
+            time.sleep(600)
         return index
 
 
-def test_a_worker_that_does_not_leave_when_told_is_terminated() -> None:
+def test_a_worker_that_does_not_leave_when_told_is_terminated(tmp_path: Path) -> None:
     # forkserver: torch's workers exit 0 on a SIGTERM from their parent, which here is not this process
     stopping = multiprocessing.get_context("forkserver")
-    loader = DataLoader(Stuck(), num_workers=2, batch_size=1, persistent_workers=True, multiprocessing_context=stopping)
+    loader = DataLoader(Stuck(tmp_path), num_workers=2, batch_size=1, persistent_workers=True,
+                        multiprocessing_context=stopping)
     iterator = iter(loader)
     assert next(iterator).tolist() == [0]
+    assert wait_until(lambda: len(os.listdir(tmp_path)) == 2, timeout_s=300)  # both workers inside an item
     workers = list(iterator._workers)
     del iterator, loader
     for worker in workers:
