@@ -43,8 +43,10 @@ def test_two_ranks_with_two_worker_processes_fetch_each_shard_once(remote_datase
         assert [n for w in workers for n in w["bad"]] == []
     for name, data in remote_dataset.shards.items():
         key = remote_dataset.key(name)
-        assert proxy.requests(key) == 1, name  # once per node, counted at the server
-        assert proxy.body_bytes(key) == len(data)
+        # Once per node, counted at the server: every byte served once. (A request the client retried, as
+        # after a connection reset, is a second request; a second download would serve its bytes again.)
+        assert proxy.body_bytes(key) == len(data), (name, proxy.requests(key), proxy.ranges(key))
+        assert proxy.requests(key) >= 1
     cached = sorted(os.listdir(tmp_path / "cache" / "objects"))
     assert len(cached) == len(names)
     assert os.listdir(tmp_path / "cache" / "partial") == []
