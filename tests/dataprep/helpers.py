@@ -68,10 +68,19 @@ def run_in(cli: Callable[..., Result], args: Sequence[object], cwd: Path) -> Res
 def start_cli(args: Sequence[object], cwd: Path, *, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE,
               env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``python -m dataprep.cli ARGS`` started in ``cwd`` in a session of its own, so a signal to its
-    process group reaches the forked writer too; text output."""
+    process group reaches the forked writer too; text output. SIGINT is set to its default in the child
+    (``default_sigint``), as in a terminal's foreground job, whatever this suite was started with."""
     environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "dataprep.cli", *map(str, args)], cwd=cwd, env=environment,
-                            stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+                            stdout=stdout, stderr=stderr, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    """In a child before exec: SIGINT to its default action. A suite started in the background of a
+    non-interactive shell (or under nohup-like launchers) inherits SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler: a Ctrl-C test would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kill_when(args: Sequence[object], cwd: Path, ready: Callable[[], bool], timeout: float = 60.0,

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.dataprep.helpers import default_sigint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
@@ -29,7 +31,7 @@ except KeyboardInterrupt:
 
 def _run(install: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", SCRIPT.format(install=install)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, preexec_fn=default_sigint)
 
 
 def test_an_interrupt_in_a_finaliser_reaches_the_main_flow_silently() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from dataprep.cli import main
 from dataprep.manifest import read_manifest
-from tests.dataprep.helpers import REPO, crash_on, read_rejects, shard_cli
+from tests.dataprep.helpers import REPO, crash_on, default_sigint, read_rejects, shard_cli
 from tests.samples import tar_samples, wait_until
 
 
@@ -121,7 +121,7 @@ def test_interrupt_stops_the_child_and_a_rerun_resumes(image_tree, tmp_path):
     cmd = [sys.executable, "-m", "dataprep.cli", "shard", "../images", "out", "--shard-size", "300KB", "--workers", "2"]
     (tmp_path / "run").mkdir()
     proc = subprocess.Popen(cmd, cwd=tmp_path / "run", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_sigint)
     checkpoint = tmp_path / "run" / "out" / ".dataprep" / "checkpoint.json"
     while proc.poll() is None:
         if checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("next_shard", 0) >= 2:
