@@ -13,11 +13,13 @@ and ``assert_loop_like_stock``.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -114,6 +116,18 @@ def children_of_self() -> set[int]:
 def loader_threads() -> list[threading.Thread]:
     """The thread workers alive in this process."""
     return [t for t in threading.enumerate() if t.name.startswith("loaders-worker-")]
+
+
+@contextlib.contextmanager
+def default_start_method(method: str) -> Iterator[str]:
+    """multiprocessing's default start method set to ``method`` as a program (or Python 3.14) sets it,
+    then restored."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(method, force=True)
+    try:
+        yield method
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
 
 
 # ---------------------------------------------------------------- jobs for the workers

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,13 +58,14 @@ print(json.dumps({"images": images, "img_s": rates[1:]}))
 """
 
 
-def _child(tree: Path, code: str, *args: str) -> dict[str, Any]:
+def _child(tree: Path, what: str, code: str, *args: str) -> dict[str, Any]:
+    """``code`` (one of the snippets above, doing ``what``) run with ``tree`` first on the path; its last JSON line."""
     path = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env = {**os.environ, "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=tree, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
-        raise ToolError(f"{tree}: {code.split(chr(10))[2]!r} failed ({done.returncode}): {done.stderr[-400:]}")
+        raise ToolError(f"{tree}: {what} failed ({done.returncode}): {done.stderr[-400:]}")
     return json.loads(lines[-1])
 
 
@@ -78,16 +80,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
             for name in order:
                 out = Path(tmp) / f"shards-{name}"
-                if out.exists():
-                    subprocess.run(["rm", "-rf", str(out)], check=True)
-                shard = _child(trees[name], _SHARD, str(raw), str(out), str(args.workers))
+                shutil.rmtree(out, ignore_errors=True)
+                shard = _child(trees[name], "dataprep shard", _SHARD, str(raw), str(out), str(args.workers))
                 if shard["code"] != 0:
                     raise ToolError(f"{trees[name]}: dataprep shard exited {shard['code']}")
                 seconds[name].append(shard["seconds"])
             for kind in rates:
                 for name in order:
-                    loaded = _child(trees[name], _LOAD, str(Path(tmp) / f"shards-{name}"), str(args.workers), kind,
-                                    str(args.epochs + 1))
+                    loaded = _child(trees[name], f"loader ({kind} workers)", _LOAD, str(Path(tmp) / f"shards-{name}"),
+                                    str(args.workers), kind, str(args.epochs + 1))
                     rates[kind][name].append(statistics.median(loaded["img_s"]))
     rows: dict[str, Any] = {"shard s": {name: statistics.median(v) for name, v in seconds.items()}}
     rows["shard s"]["this_over_other"] = rows["shard s"]["other"] / rows["shard s"]["this"]

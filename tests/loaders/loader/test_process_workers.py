@@ -25,7 +25,7 @@ from loaders.loader.collate import default_collate
 from loaders.loader.fetch import Fetched
 from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
 from loaders.loader.worker_start import WorkerInit
-from tests.loaders.helpers import jobs, wait_until
+from tests.loaders.helpers import default_start_method, jobs, wait_until
 
 
 class Numbers(torch.utils.data.Dataset):
@@ -148,9 +148,7 @@ class Counting(torch.utils.data.IterableDataset):  # type: ignore[type-arg]  # a
 def test_workers_of_a_dropped_loader_leave_on_their_own_with_exit_code_zero(method: str) -> None:
     """As under torch's shutdown (PyTorch's test_iterable_style_dataset under forkserver): a loader
     dropped with persistent workers tells them to stop; they are not killed."""
-    previous = multiprocessing.get_start_method(allow_none=True)
-    multiprocessing.set_start_method(method, force=True)
-    try:
+    with default_start_method(method):
         loader = DataLoader(Counting(), num_workers=2, batch_size=None, persistent_workers=True)
         iterator = iter(loader)
         assert sorted(iterator) == sorted(list(range(12)) * 2)
@@ -160,8 +158,6 @@ def test_workers_of_a_dropped_loader_leave_on_their_own_with_exit_code_zero(meth
         for worker in workers:
             worker.join(60)
         assert [w.exitcode for w in workers] == [0, 0]
-    finally:
-        multiprocessing.set_start_method(previous, force=True)
 
 
 class Stuck(torch.utils.data.Dataset):  # type: ignore[type-arg]

@@ -29,7 +29,7 @@ from loaders.loader.worker_choice import (
     unsendable_part,
 )
 from loaders.read.transforms import CenterCropDecode, Compose, DecodeLabel, RandomResizedCropDecode
-from tests.loaders.helpers import RangeDataset
+from tests.loaders.helpers import RangeDataset, default_start_method
 
 AUTO, THREAD, PROCESS = WorkerType.AUTO, WorkerType.THREAD, WorkerType.PROCESS
 LOCAL = Unsendable("dataset", "main.<locals>.Local", AttributeError("Can't pickle local object"))
@@ -200,12 +200,8 @@ def test_start_method_reads_the_default_without_fixing_it() -> None:
 @pytest.fixture(params=["forkserver", "spawn"])
 def pickling_start_method(request: pytest.FixtureRequest) -> Iterator[str]:
     """multiprocessing's default start method set as a program (or Python 3.14) sets it, then restored."""
-    previous = multiprocessing.get_start_method(allow_none=True)
-    multiprocessing.set_start_method(request.param, force=True)
-    try:
-        yield str(request.param)
-    finally:
-        multiprocessing.set_start_method(previous, force=True)
+    with default_start_method(str(request.param)) as method:
+        yield method
 
 
 def test_a_dataset_class_defined_in_a_function_loads_with_threads_and_one_warning(pickling_start_method: str) -> None:
@@ -252,14 +248,9 @@ def test_a_collate_fn_defined_in_a_function_falls_back_to_threads_too(pickling_s
 
 
 def test_a_module_level_dataset_still_gets_worker_processes_under_spawn() -> None:
-    previous = multiprocessing.get_start_method(allow_none=True)
-    multiprocessing.set_start_method("spawn", force=True)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no fallback warning
-            loader = DataLoader(RangeDataset(8), batch_size=2, num_workers=2)
-            assert loader.worker_type is PROCESS
-            assert sorted(int(x) for batch in loader for x in batch) == list(range(8))
+    with default_start_method("spawn"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        loader = DataLoader(RangeDataset(8), batch_size=2, num_workers=2)
+        assert loader.worker_type is PROCESS
+        assert sorted(int(x) for batch in loader for x in batch) == list(range(8))
         loader.close()
-    finally:
-        multiprocessing.set_start_method(previous, force=True)
