@@ -10,9 +10,10 @@ from dataprep.errors import (
     UsageError,
     VerifyError,
 )
-from dataprep.index import ShardIndex, index_path_for, index_tar, read_index, write_index
-from dataprep.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.tar.index import ShardIndex, index_path_for, index_tar, read_index, write_index
+from dataprep.formats.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 __all__ = [
     "CleanRecord",

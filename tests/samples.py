@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dataprep.manifest import read_manifest
+from dataprep.formats.manifest import read_manifest
 
 
 def encode(image: np.ndarray | Image.Image, fmt: str, **params: object) -> bytes:

@@ -35,7 +35,8 @@ from PIL import Image, JpegImagePlugin, UnidentifiedImageError
 
 from dataprep.clean.options import ImageFormat, ImageOptions
 from dataprep.clean.structure import jpeg_structure_problem, png_structure_problem
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 try:
     import simplejpeg
@@ -125,7 +126,7 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
 
 
 def _image_field(raw: RawRecord) -> str:
-    # The first image field in sorted order, as dataprep.duplicates' search picks it;
+    # The first image field in sorted order, as dataprep.plan.duplicates' search picks it;
     # any other image field passes through as a sidecar.
     images = sorted(f for f in raw.files if f in IMAGE_FIELDS)
     if not images:

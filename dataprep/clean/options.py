@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from dataprep.errors import UsageError
-from dataprep.validate import as_enum, check_int, invalid, is_int
+from dataprep.errors import as_enum, check_int, invalid, is_int
 
 # Pillow's default decompression-bomb threshold (``PIL.Image.MAX_IMAGE_PIXELS``).
 DEFAULT_MAX_PIXELS = 89_478_485

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import zlib
 
-from dataprep.records import RejectReason
+from dataprep.inputs.records import RejectReason
 
 Problem = tuple[RejectReason, str]  # (TRUNCATED | CORRUPT, what and where, with byte offsets)
 

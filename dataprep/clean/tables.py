@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 
 from dataprep.clean.options import RESERVED_COLUMNS, TABLE_TYPES, TableOptions
 from dataprep.errors import UsageError
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 SCHEMA_SAMPLE_ROWS = 1000

@@ -13,7 +13,8 @@ from typing import Literal, cast
 
 from dataprep.clean.options import TextOptions, TextUnit
 from dataprep.clean.tables import RowError, parsed_row, source_key_stem
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 TEXT_DIGEST_BYTES = 16
 NormalForm = Literal["NFC", "NFD", "NFKC", "NFKD"]  # what TextOptions.normalize is validated to be

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.records import RejectReason
+from dataprep.inputs.records import RejectReason
 from dataprep.synthetic.bpe import bpe_json
 from dataprep.synthetic.sink import Sink, prepare_dir
 from dataprep.synthetic.spec import STREAM_CORPUS, CorpusReport

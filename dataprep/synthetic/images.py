@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dataprep.records import RejectReason
+from dataprep.inputs.records import RejectReason
 from dataprep.synthetic.photos import Style, encode, encode_jpeg, photo_like, random_style, render, soft_ellipse
 from dataprep.synthetic.sink import Sink, prepare_dir
 from dataprep.synthetic.spec import STREAM_BROKEN, STREAM_CLASS, STREAM_IMAGE, SyntheticReport, SyntheticSpec

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from dataprep.errors import UsageError
-from dataprep.validate import check_bool, check_int
+from dataprep.errors import check_bool, check_int
 
 # Random streams, one per scope, so that images do not depend on tables and vice versa.
 STREAM_CLASS, STREAM_IMAGE, STREAM_BROKEN, STREAM_TABLE, STREAM_TEXT, STREAM_CORPUS = range(6)

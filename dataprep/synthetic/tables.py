@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.records import RejectReason
+from dataprep.inputs.records import RejectReason
 from dataprep.synthetic.sink import Sink, prepare_dir
 from dataprep.synthetic.spec import STREAM_TABLE
 from dataprep.synthetic.vocab import WORDS

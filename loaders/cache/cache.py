@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dataprep.manifest import MANIFEST_NAME
+from dataprep.formats.manifest import MANIFEST_NAME
 from dataprep.remote import RemoteError, RemoteStore, StoreUrl
-from dataprep.units import format_bytes
+from dataprep.formats.sizes import format_bytes
 from loaders.cache.catalog import CacheEntry, Catalog
 from loaders.cache.config import CacheConfig
 from loaders.cache.cursors import CursorBoard

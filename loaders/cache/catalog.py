@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dataprep.errors import FormatError
-from dataprep.manifest import MANIFEST_NAME, Manifest
+from dataprep.formats.manifest import MANIFEST_NAME, Manifest
 from loaders.errors import ShardError
 
 __all__ = ["CacheEntry", "Catalog"]

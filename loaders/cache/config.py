@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataprep.remote import RemoteConfig
-from dataprep.units import format_bytes, parse_bytes
+from dataprep.formats.sizes import format_bytes, parse_bytes
 from loaders.errors import ConfigError
 
 __all__ = ["CacheConfig", "parse_limit"]

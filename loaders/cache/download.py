@@ -18,7 +18,7 @@ import os
 import threading
 from pathlib import Path
 
-from dataprep.fsutil import start_writeback
+from dataprep.formats.durable import start_writeback
 from dataprep.remote import ObjectMeta, RemoteError, RemoteStore
 from loaders.cache.catalog import CacheEntry
 from loaders.cache.errors import ShardFetchError, ShardIntegrityError

@@ -34,7 +34,7 @@ import torch
 import torch.utils.data
 
 from dataprep.remote import is_remote_url
-from dataprep.units import format_bytes
+from dataprep.formats.sizes import format_bytes
 from loaders.cache import CacheConfig
 from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
@@ -311,7 +311,7 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
                  block_size: int | None = None, topology: Topology | None = None,
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
                  cache: CacheConfig | None = None) -> None:
-        from dataprep.manifest import FORMAT_PARQUET
+        from dataprep.formats.manifest import FORMAT_PARQUET
 
         self.files = open_shard_files(path, cache_config(path, cache_dir, cache_limit, cache))
         self.path: Path | str = str(path) if is_remote_url(path) else Path(path)

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from dataprep.manifest import ShardInfo
+from dataprep.formats.manifest import ShardInfo
 from loaders.errors import ShardError
 from loaders.read.shard_files import ShardFiles
 

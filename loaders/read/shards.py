@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from dataprep.errors import FormatError
-from dataprep.index import ShardIndex
-from dataprep.manifest import FORMAT_WDS, Manifest, ShardInfo
+from dataprep.formats.tar.index import ShardIndex
+from dataprep.formats.manifest import FORMAT_WDS, Manifest, ShardInfo
 from loaders.errors import SampleError, ShardError
 from loaders.read.shard_files import LocalShardFiles, ShardFiles
 

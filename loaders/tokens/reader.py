@@ -1,7 +1,7 @@
 """Token shards on disk -> flat document arrays and token slices (``TokenCorpus``).
 
 One or several dataprep output directories of ``format: "tokens"`` (see
-``dataprep.token_shards``: Megatron-Core ``IndexedDataset`` pairs) become one corpus
+``dataprep.formats.tokens.index``: Megatron-Core ``IndexedDataset`` pairs) become one corpus
 whose documents are numbered in order: every document of the first directory's first
 shard, then its second shard, ..., then the second directory. Nothing is held per
 document as a Python object: ``lengths`` is the int32 [documents] array of the .idx
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from dataprep.errors import FormatError
-from dataprep.manifest import FORMAT_TOKENS, Manifest, ShardInfo
-from dataprep.token_shards import TokenIndex, read_index
+from dataprep.formats.manifest import FORMAT_TOKENS, Manifest, ShardInfo
+from dataprep.formats.tokens.index import TokenIndex, read_token_index
 from loaders.cache import CacheConfig
 from loaders.errors import ConfigError, ShardError
 from loaders.read.shard_files import cache_config
@@ -180,7 +180,7 @@ class TokenCorpus:
             if shard.index is None:
                 raise ShardError(f"{source.where}/{shard.name}: the manifest names no .idx for this token shard")
             try:
-                index = read_index(source.path(shard.index))
+                index = read_token_index(source.path(shard.index))
             except FormatError as err:
                 raise ShardError(f"{source.where}/{shard.index}: unreadable token index: {err}") from err
             if check:

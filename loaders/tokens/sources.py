@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dataprep.errors import FormatError
-from dataprep.manifest import Manifest, read_manifest
+from dataprep.formats.manifest import Manifest, read_manifest
 from dataprep.remote import RemoteError
-from dataprep.units import format_bytes
+from dataprep.formats.sizes import format_bytes
 from loaders.cache import CacheConfig, CacheLimitError, Lease, ShardCache
 from loaders.errors import ShardError
 

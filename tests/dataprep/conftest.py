@@ -10,7 +10,7 @@ import pytest
 
 from dataprep.cli import main
 from dataprep.synthetic import SyntheticReport, SyntheticSpec, make_dataset
-from dataprep.tokenizer import Tokenizer, load_tokenizer
+from dataprep.tokenize.tokenizer import Tokenizer, load_tokenizer
 from tests.dataprep.helpers import Result
 from tests.dataprep.token_samples import trained_bpe
 

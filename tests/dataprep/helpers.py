@@ -105,8 +105,8 @@ def kill_when(args: Sequence[object], cwd: Path, ready: Callable[[], bool], time
 def _crash_on_marked_input(ctx: object, item: object) -> object:
     """clean_item, except that the marked raw input kills its process, as a crashing decoder
     would (with a marker file set: only the first time, as the OOM killer might)."""
-    from dataprep import write_loop
-    from dataprep.records import RawRecord
+    from dataprep.engines import write_loop
+    from dataprep.inputs.records import RawRecord
 
     if isinstance(item, RawRecord) and item.source == os.environ["SHARDFEED_TEST_CRASH_ON"]:
         marker = os.environ.get("SHARDFEED_TEST_CRASHED_ONCE")
@@ -120,7 +120,7 @@ def _crash_on_marked_input(ctx: object, item: object) -> object:
 def crash_on(monkeypatch: pytest.MonkeyPatch, victim: str, status: int, once_marker: Path | None = None) -> None:
     """Make cleaning the raw input ``victim`` kill its process with exit ``status`` (``write_loop.clean_item``,
     as a crashing decoder would); with ``once_marker``, only the first time."""
-    from dataprep import write_loop
+    from dataprep.engines import write_loop
 
     monkeypatch.setenv("SHARDFEED_TEST_CRASH_ON", victim)
     monkeypatch.setenv("SHARDFEED_TEST_CRASH_STATUS", str(status))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.manifest import FORMAT_WDS, Manifest, ShardInfo, Totals, manifest_bytes
+from dataprep.formats.manifest import FORMAT_WDS, Manifest, ShardInfo, Totals, manifest_bytes
 from tools.common.fault_proxy import FaultProxy
 
 __all__ = [

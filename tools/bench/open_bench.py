@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dataprep.index import ShardIndex, write_index
-from dataprep.manifest import Manifest, ShardInfo, Totals, write_manifest
+from dataprep.formats.tar.index import ShardIndex, write_index
+from dataprep.formats.manifest import Manifest, ShardInfo, Totals, write_manifest
 from tools.common.report import add_output_args, emit, format_table
 
 SAMPLE_BYTES = 2048  # every fake sample: one 512-byte header, one field of 100 bytes, padding

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from dataprep.errors import DataprepError
-from dataprep.fsutil import atomic_write_bytes
+from dataprep.formats.durable import atomic_write_bytes
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from loaders.read.topology import cpus_available
 from tools.bench.shard_timing import shard_config, time_shard, time_single_core, time_write_loop

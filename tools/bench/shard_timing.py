@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataprep.cli import build_parser, config_from_args
-from dataprep.config import ShardConfig
-from dataprep.layouts import LayoutHandler
-from dataprep.records import RawRecord, Reject
-from dataprep.shard import plan_records, shard
-from dataprep.sources import Layout, choose_layout
-from dataprep.write_loop import clean_item
-from dataprep.writers import EncodedSample, TarShardWriter
+from dataprep.commands.config import ShardConfig
+from dataprep.engines.handlers import LayoutHandler
+from dataprep.inputs.records import RawRecord, Reject
+from dataprep.commands.shard import plan_records, shard
+from dataprep.inputs.sources import Layout, choose_layout
+from dataprep.engines.write_loop import clean_item
+from dataprep.formats.samples import EncodedSample
+from dataprep.formats.tar.writer import TarShardWriter
 from tools.common.report import ToolError, machine_busy_s, process_cpu_s
 
 WRITE_LOOP_SAMPLES = 2000

@@ -7,7 +7,7 @@ Text: ``--mb`` MB (UTF-8) of the synthetic corpus's prose documents
 (``dataprep.synthetic.iter_documents``: log-normal lengths, a long tail of several thousand
 tokens). Tokenizer: a byte-level BPE of ``--vocab`` ids trained on its first 2 MB with
 ``tokenizers`` (``dataprep.synthetic.bpe_json``; no hub), loaded with
-``dataprep.tokenizer.load_tokenizer``. Every row tokenizes all of it in batches of
+``dataprep.tokenize.tokenizer.load_tokenizer``. Every row tokenizes all of it in batches of
 ``--batch-docs`` documents into arrays of the shard dtype, EOS appended:
 
 1. single core: ``Tokenizer.encode_batch`` on this thread, timed in CPU seconds of the thread
@@ -50,15 +50,8 @@ import numpy as np
 
 from dataprep.errors import DataprepError
 from dataprep.synthetic import bpe_json, iter_documents
-from dataprep.tokenizer import (
-    PARALLELISM_ENV,
-    PIECES_PER_THREAD,
-    TokenEncoder,
-    Tokenizer,
-    default_threads,
-    load_tokenizer,
-    split_balanced,
-)
+from dataprep.tokenize.tokenizer import (PARALLELISM_ENV, PIECES_PER_THREAD, TokenEncoder, Tokenizer, default_threads,
+                                         load_tokenizer, split_balanced)
 from tools.common.report import ToolError, add_output_args, check_int, emit, format_table, machine_busy_s, process_cpu_s
 
 TOOL = "token_bench"

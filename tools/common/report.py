@@ -78,7 +78,7 @@ def write_json(path: str, doc: Mapping[str, Any]) -> None:
         sys.stdout.flush()
     else:
         # Imported here so that tools.profile.malloc, which imports this module, needs only the stdlib.
-        from dataprep.fsutil import atomic_write_bytes
+        from dataprep.formats.durable import atomic_write_bytes
 
         atomic_write_bytes(path, text.encode("utf-8"))
 

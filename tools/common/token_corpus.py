@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.manifest import FORMAT_TOKENS, Manifest, ShardInfo, Totals, write_manifest
-from dataprep.token_shards import DTYPE_CODES, IDX_MAGIC, IDX_VERSION, token_dtype
+from dataprep.formats.manifest import FORMAT_TOKENS, Manifest, ShardInfo, Totals, write_manifest
+from dataprep.formats.tokens.index import DTYPE_CODES, IDX_MAGIC, IDX_VERSION, token_dtype
 from tools.common.report import ToolError
 
 __all__ = ["EOS", "VOCAB", "make_corpus"]
@@ -39,7 +39,7 @@ def _lengths(docs: int, tokens: int, seed: int) -> np.ndarray:
 
 
 def _write_index(path: Path, lengths: np.ndarray, dtype: np.dtype) -> None:
-    """A Megatron .idx (``dataprep.token_shards`` layout), written in chunks: lengths, pointers, documents."""
+    """A Megatron .idx (``dataprep.formats.tokens.index`` layout), written in chunks: lengths, pointers, documents."""
     count = int(lengths.shape[0])
     with open(path, "wb") as f:
         f.write(IDX_MAGIC + struct.pack("<QBQQ", IDX_VERSION, DTYPE_CODES[dtype], count, count + 1))

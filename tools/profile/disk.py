@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from dataprep.errors import DataprepError
-from dataprep.units import format_bytes, parse_bytes
+from dataprep.formats.sizes import format_bytes, parse_bytes
 from tools.common.report import ToolError, add_output_args, bar_plot, emit, format_table, require_plot
 from tools.profile.disk_reads import MIB, DiskReport, measure_disk
 

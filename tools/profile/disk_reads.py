@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from dataprep.errors import FormatError
-from dataprep.index import ShardIndex, read_index
-from dataprep.manifest import read_manifest
+from dataprep.formats.tar.index import ShardIndex, read_index
+from dataprep.formats.manifest import read_manifest
 from tools.common.pagecache import DeviceInfo, device_of, drop_cache, evenly_sampled, files_under, resident_fraction
 from tools.common.report import Progress, ToolError
 

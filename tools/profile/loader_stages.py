@@ -22,7 +22,8 @@ from PIL import Image
 
 from dataprep.clean.images import clean_image
 from dataprep.clean.options import ImageOptions
-from dataprep.records import CleanRecord, RawRecord
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord
 from loaders import RandomResizedCropDecode
 from loaders.loader.collate import default_collate
 from loaders.read.decode import dct_scale_for, image_size

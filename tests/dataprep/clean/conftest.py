@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.records import RawRecord
+from dataprep.inputs.records import RawRecord
 
 
 @pytest.fixture

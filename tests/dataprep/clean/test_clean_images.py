@@ -15,7 +15,8 @@ from PIL import Image
 from dataprep.clean import images
 from dataprep.clean.images import clean_image, target_size
 from dataprep.clean.options import ImageFormat, ImageOptions
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 from tests.dataprep.helpers import decoded, jpeg_bytes, photo, png_header_only
 from tests.samples import encode
 

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from dataprep.clean.structure import jpeg_structure_problem, png_structure_problem
-from dataprep.records import RejectReason
+from dataprep.inputs.records import RejectReason
 from tests.dataprep.helpers import jpeg_bytes, photo
 from tests.samples import encode
 

@@ -23,7 +23,8 @@ from dataprep.clean.tables import (
     source_key_stem,
 )
 from dataprep.errors import UsageError
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 SCHEMA = {"id": "int64", "name": "string", "score": "double", "ok": "bool"}
 

@@ -10,7 +10,8 @@ import pytest
 from dataprep.clean.options import TextOptions, TextUnit
 from dataprep.clean.tables import RowError
 from dataprep.clean.text import clean_text, iter_text_records, text_digest
-from dataprep.records import CleanRecord, RawRecord, Reject, RejectReason
+from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 NFC = "Crème brûlée in Zürich, déjà vu."
 NFD = unicodedata.normalize("NFD", NFC)

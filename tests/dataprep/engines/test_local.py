@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dataprep.cli import main
-from dataprep.manifest import read_manifest
+from dataprep.formats.manifest import read_manifest
 from tests.dataprep.helpers import REPO, crash_on, default_sigint, read_rejects, shard_cli
 from tests.samples import tar_samples, wait_until
 
@@ -79,12 +79,12 @@ def test_resume_after_kill_is_byte_identical(image_tree, tmp_path):
 
 
 def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tree, tmp_path, monkeypatch, caplog):
-    from dataprep import write_loop
+    from dataprep.engines import write_loop
 
     victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
     crash_on(monkeypatch, victim, 11)
     crashed = tmp_path / "crashed"
-    with caplog.at_level(logging.WARNING, logger="dataprep.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="dataprep.engines.supervisor"):
         assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
     logged = f"{victim}: cleaning it alone killed the worker process (exit status 11); rejected (worker_crash)"
     assert logged in caplog.text
@@ -136,7 +136,7 @@ def test_interrupt_stops_the_child_and_a_rerun_resumes(image_tree, tmp_path):
 
 
 def test_disk_full_in_the_writing_child_fails_cleanly_and_a_rerun_resumes(image_tree, tmp_path, monkeypatch, capsys):
-    from dataprep.writers import tar
+    from dataprep.formats.tar import writer as tar
 
     real_put = tar._OpenShard.put
 
@@ -164,7 +164,7 @@ def test_disk_full_in_the_writing_child_fails_cleanly_and_a_rerun_resumes(image_
 # child reads its own VmHWM when its write loop ends (``WriteLoop.execute``, which runs in the child).
 _PEAK_RSS_SCRIPT = """
 import sys
-from dataprep import write_loop
+from dataprep.engines import write_loop
 
 def vm_hwm_kib():
     with open("/proc/self/status") as f:

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-import dataprep.ray_engine
+import dataprep.engines.ray_engine
 from dataprep.cli import main
-from dataprep.range_tasks import ATTEMPTS_DIR, write_range
-from dataprep.store import LocalStore
-from dataprep.writers import parquet
+from dataprep.engines.range_tasks import ATTEMPTS_DIR, write_range
+from dataprep.output.store import LocalStore
+from dataprep.formats.parquet import writer as parquet
 from tests.dataprep.helpers import STATE_DIR, assert_same_output
 
 pytest.importorskip("ray")  # --engine ray checks that Ray is installed before it runs
@@ -130,7 +130,7 @@ def test_a_stale_attempt_renaming_its_shard_mid_run_changes_nothing(tmp_path, mo
 
     monkeypatch.setattr(parquet, "commit_tmp", commit)
     monkeypatch.setattr(parquet.ParquetShardWriter, "write", write)
-    monkeypatch.setattr(dataprep.ray_engine, "RayExecutor", InlineExecutor(start_stale))
+    monkeypatch.setattr(dataprep.engines.ray_engine, "RayExecutor", InlineExecutor(start_stale))
     try:
         code = _shard(raw, out, "--engine", "ray")
     finally:
@@ -166,7 +166,7 @@ def test_leftovers_of_a_stale_attempt_are_removed_on_resume_never_published(tmp_
                     raise DriverKilled
                 yield result
 
-    monkeypatch.setattr(dataprep.ray_engine, "RayExecutor", KilledAfterOneRange())
+    monkeypatch.setattr(dataprep.engines.ray_engine, "RayExecutor", KilledAfterOneRange())
     with pytest.raises(DriverKilled):
         _shard(raw, out, "--engine", "ray")
     assert any((out / ATTEMPTS_DIR).iterdir())
@@ -178,7 +178,7 @@ def test_leftovers_of_a_stale_attempt_are_removed_on_resume_never_published(tmp_
     def look() -> None:
         seen.append(sorted(p.name for p in (out / ATTEMPTS_DIR).iterdir()))
 
-    monkeypatch.setattr(dataprep.ray_engine, "RayExecutor", InlineExecutor(after_ranges=look))
+    monkeypatch.setattr(dataprep.engines.ray_engine, "RayExecutor", InlineExecutor(after_ranges=look))
     assert _shard(raw, out, "--engine", "ray") == 0
     assert seen == [[]]  # removed before the ranges ran; every attempt published was moved out
     _assert_same_output(local, out)
@@ -207,7 +207,7 @@ def test_a_second_attempt_at_any_task_writes_only_into_its_own_folder(tmp_path, 
                 assert own
                 yield first
 
-    monkeypatch.setattr(dataprep.ray_engine, "RayExecutor", StaleTwins())
+    monkeypatch.setattr(dataprep.engines.ray_engine, "RayExecutor", StaleTwins())
     assert _shard(raw, out, "--engine", "ray") == 0
     assert passes == ["range_digests", "group_partition", "write_range"]
     _assert_same_output(local, out)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.checkpoint import load_checkpoint
-from dataprep.manifest import read_manifest
+from dataprep.plan.checkpoint import load_checkpoint
+from dataprep.formats.manifest import read_manifest
 from tests.dataprep.helpers import (REPO, STATE_DIR, assert_same_output, crash_on, numbered_images, read_rejects,
                                     shard_cli)
 from tests.samples import wait_until
@@ -34,8 +34,8 @@ CRASH_ENV = "SHARDFEED_TEST_RAY_CRASH_FILE"
 
 def _crashing_clean_item(ctx, item):
     """clean_item, except that the input named in the crash file kills its process (exit status 11)."""
-    from dataprep import write_loop
-    from dataprep.records import RawRecord
+    from dataprep.engines import write_loop
+    from dataprep.inputs.records import RawRecord
 
     crash = Path(os.environ.get(CRASH_ENV, "/nonexistent"))
     if isinstance(item, RawRecord) and crash.exists() and item.source == json.loads(crash.read_text())["source"]:
@@ -45,7 +45,7 @@ def _crashing_clean_item(ctx, item):
 
 def _install_crash_hook() -> None:
     """Ray worker setup hook: route cleaning through ``_crashing_clean_item``."""
-    from dataprep import write_loop
+    from dataprep.engines import write_loop
 
     write_loop.CLEAN_ITEM = write_loop.clean_item
     write_loop.clean_item = _crashing_clean_item
@@ -156,8 +156,8 @@ def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_pa
 @pytest.mark.slow
 def test_ray_images_match_local_and_report_progress(cluster, tmp_path):
     from dataprep.cli import build_parser, config_from_args
-    from dataprep.report import ProgressLine
-    from dataprep.shard import shard
+    from dataprep.engines.progress import ProgressLine
+    from dataprep.commands.shard import shard
 
     raw = _images(tmp_path / "raw", 36)
     options = ["--range-size", "3KiB", "--samples-per-shard", "3"]
@@ -316,8 +316,8 @@ def test_resuming_with_the_other_engine_is_refused(cluster, tmp_path, capsys):
 def test_a_node_that_cannot_see_out_is_refused(cluster, tmp_path):
     """The nodes look at one folder, the driver writes another: as if OUT were not shared."""
     from dataprep.errors import UsageError
-    from dataprep.ray_engine import RayExecutor
-    from dataprep.store import LocalStore
+    from dataprep.engines.ray_engine import RayExecutor
+    from dataprep.output.store import LocalStore
 
     class Diverging(LocalStore):
         def describe(self) -> str:
@@ -348,8 +348,8 @@ def test_an_address_where_nothing_answers_is_refused_before_ray_connects(tmp_pat
 def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(cluster, tmp_path, monkeypatch):
     """Stopped after both duplicate passes but before recording them (one partition's grouping then lost,
     another half written): the rerun groups what is not marked done again and writes the bytes of a local run."""
-    from dataprep import range_tasks as ranges
-    from dataprep.store import LocalStore
+    from dataprep.engines import range_tasks as ranges
+    from dataprep.output.store import LocalStore
 
     make, options = CASES["text"]
     raw = make(tmp_path / "raw")

@@ -90,9 +90,9 @@ def test_a_range_task_on_another_node_stages_only_its_ranges_files(s3_env: str, 
                                                                    tmp_path: Path) -> None:
     """A node without the driver's mirror: the files of the task's units are put at the plan's paths, with the
     objects' times (so the node's view of RAW has the listing's digest), and nothing else."""
-    from dataprep.config import ShardConfig
-    from dataprep.raw_source import raw_digest, stage_units
-    from dataprep.run_plan import FilePart
+    from dataprep.commands.config import ShardConfig
+    from dataprep.inputs.raw_source import raw_digest, stage_units
+    from dataprep.plan.run_plan import FilePart
 
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.manifest import MANIFEST_VERSION
+from dataprep.formats.manifest import MANIFEST_VERSION
 from tests.dataprep.helpers import (KILL_POINTS, LATE_KILL_POINTS, MANIFEST, STATE_DIR, assert_accounted,
                                     assert_same_output, finished_out, grouped_tree, interrupted_run, kill_tree,
                                     kill_when, read_output, run_in, shards_at_least, start_cli, table_tree, text_tree,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dataprep.manifest import manifest_bytes
+from dataprep.formats.manifest import manifest_bytes
 from dataprep.remote import RemoteConfig, RemoteStore, RemoteTimeoutError
 from loaders.cache import (
     CacheLimitError,

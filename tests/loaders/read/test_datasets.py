@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dataprep.index import ShardIndex, write_index
-from dataprep.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
+from dataprep.formats.tar.index import ShardIndex, write_index
+from dataprep.formats.manifest import Manifest, ShardInfo, Totals, read_manifest, write_manifest
 from loaders import ParquetShardDataset, SampleError, SampleIndex, ShardDataset, ShardError
 from loaders.read.transforms import RandomResizedCropDecode
 from tests.samples import tar_samples

@@ -1,6 +1,6 @@
 """Token-shard directories for the tests: Megatron .bin + .idx pairs and a version-3 manifest.
 
-Written with ``dataprep.token_shards.encode_index`` and ``dataprep.manifest`` directly, so
+Written with ``dataprep.formats.tokens.index.encode_token_index`` and ``dataprep.formats.manifest`` directly, so
 these tests do not depend on the dataprep writer. Documents are lists (or arrays) of token
 ids; by the dataprep convention each ends with ``EOS``, which ``documents_with_eos`` appends.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.manifest import FORMAT_TOKENS, Manifest, ShardInfo, Totals, sha256_file, write_manifest
-from dataprep.token_shards import encode_index, token_dtype
+from dataprep.formats.manifest import FORMAT_TOKENS, Manifest, ShardInfo, Totals, sha256_file, write_manifest
+from dataprep.formats.tokens.index import encode_token_index, token_dtype
 
 EOS = 256  # the built-in byte tokenizer's EOS id (ids 0-255 are bytes)
 VOCAB = 257
@@ -49,7 +49,7 @@ def write_tokens(out: Path, documents: Sequence[Sequence[int] | np.ndarray], *, 
         tokens = np.concatenate(chunk) if chunk else np.zeros(0, dtype=dtype)
         (out / name).write_bytes(tokens.astype(dtype).tobytes())
         index = name.replace(".bin", ".idx")
-        (out / index).write_bytes(encode_index(dtype, np.array([len(d) for d in chunk], dtype=np.int64)))
+        (out / index).write_bytes(encode_token_index(dtype, np.array([len(d) for d in chunk], dtype=np.int64)))
         shards.append(ShardInfo(name=name, num_samples=len(chunk), bytes=tokens.nbytes, sha256=sha256_file(out / name),
                                 index=index, num_tokens=int(tokens.shape[0]), index_sha256=sha256_file(out / index)))
     manifest = Manifest(format=FORMAT_TOKENS, layout="text", shards=tuple(shards),

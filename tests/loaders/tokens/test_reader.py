@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataprep.manifest import Manifest, read_manifest, write_manifest
+from dataprep.formats.manifest import Manifest, read_manifest, write_manifest
 from loaders.errors import ShardError
 from loaders.tokens import TokenDataset
 from loaders.tokens.reader import TokenCorpus

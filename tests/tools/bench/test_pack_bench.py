@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataprep.token_shards import encode_index, read_index, token_dtype
+from dataprep.formats.tokens.index import encode_token_index, read_token_index, token_dtype
 from tools.bench.pack_bench import main
 from tools.common.token_corpus import VOCAB, _lengths, make_corpus
 
@@ -20,9 +20,9 @@ def test_corpus_index_is_the_one_dataprep_writes(tmp_path: Path) -> None:
     bounds = np.linspace(0, 1000, 4).astype(np.int64)
     for s in range(3):
         part = lengths[bounds[s]:bounds[s + 1]]
-        assert (tmp_path / f"shard-{s:06d}.idx").read_bytes() == encode_index(token_dtype(VOCAB), part)
+        assert (tmp_path / f"shard-{s:06d}.idx").read_bytes() == encode_token_index(token_dtype(VOCAB), part)
         assert (tmp_path / f"shard-{s:06d}.bin").stat().st_size == 2 * int(part.sum())
-    assert read_index(tmp_path / "shard-000001.idx").num_sequences == bounds[2] - bounds[1]
+    assert read_token_index(tmp_path / "shard-000001.idx").num_sequences == bounds[2] - bounds[1]
 
 
 def test_one_small_run_reports_every_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.manifest import read_manifest
+from dataprep.formats.manifest import read_manifest
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from tools.bench import shard_bench
 from tools.bench.shard_bench import TARGET_RATIO, ShardBenchReport, format_report, measure_shard, record_result

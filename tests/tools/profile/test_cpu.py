@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from dataprep.index import index_path_for, index_tar, write_index
-from dataprep.manifest import Manifest, ShardInfo, Totals, sha256_file, write_manifest
+from dataprep.formats.tar.index import index_path_for, index_tar, write_index
+from dataprep.formats.manifest import Manifest, ShardInfo, Totals, sha256_file, write_manifest
 from loaders.errors import ShardError
 from tools.common.proctree import ProcessTeam
 from tools.common.report import ToolError

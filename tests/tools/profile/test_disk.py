@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from dataprep.errors import FormatError
-from dataprep.index import index_path_for, index_tar, read_index, write_index
-from dataprep.manifest import Manifest, ShardInfo, Totals, sha256_file, write_manifest
+from dataprep.formats.tar.index import index_path_for, index_tar, read_index, write_index
+from dataprep.formats.manifest import Manifest, ShardInfo, Totals, sha256_file, write_manifest
 from tools.common.pagecache import device_of, drop_cache, resident_fraction
 from tools.common.report import Progress, ToolError, format_table
 from tools.profile import disk

@@ -1,0 +1,170 @@
+"""The driver of a range-parallel run (``--engine ray``): hand out the range tasks, publish what they return.
+
+The tasks (``dataprep.engines.range_tasks``) run wherever the executor puts them and write only
+into folders of their own attempts. This driver is the only writer of OUT: it publishes
+the attempt whose result it received (``publish_attempt``: its shards, sidecars and
+rejects renamed into place through the ``OutputStore``; in object storage copied to their
+names inside the store, then deleted), then records the range completed
+in the checkpoint (``ranges_done``); once all are done it joins the rejects in range
+order, so OUT is the same bytes as a local run's whatever ran which range where, in which
+order, how often. A stale attempt's folder is never published, and the driver removes
+every attempt folder before its tasks start (``remove_attempts``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import Protocol, TypeVar
+
+from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, Checkpoint, save_checkpoint
+from dataprep.errors import UsageError
+from dataprep.formats.manifest import Totals
+from dataprep.engines.range_tasks import (ATTEMPTS_DIR, DIGEST_PARTITIONS, DUPS_DONE, PROBE_DIR, GroupTask, RangeResult,
+                                          RangeTask, digests_name, group_partition, grouped_name, probe_name,
+                                          range_digests, rejects_name, write_range)
+from dataprep.engines.progress import ProgressLine
+from dataprep.engines.context import RunContext, RunOutcome
+from dataprep.output.store import OutputStore, leaf
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TaskExecutor(Protocol):
+    """Runs tasks somewhere (Ray, or this machine) and says where they may run."""
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: list[T]) -> Iterator[R]:
+        """``fn(task)`` for every task, as each completes; a task whose worker dies is run again."""
+        ...
+
+    def check_shared(self, store: OutputStore) -> None:
+        """Fail with a clear message unless every node sees ``store`` (``range_tasks.probe_node``, ``check_probes``)."""
+        ...
+
+
+def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, executor: TaskExecutor) -> RunOutcome:
+    """Write every range not yet done as a task; the run's totals and shards, and this run's own work."""
+    store, num_ranges = ctx.store, ctx.plan.num_ranges
+    if checkpoint.is_started:
+        raise UsageError(f"{store.describe()} holds a run started with --engine local (stopped in range "
+                         f"{checkpoint.range}); resume it with --engine local, or pass --overwrite to start again")
+    executor.check_shared(store)
+    remove_attempts(store)
+    if ctx.handler.finds_duplicates() and not store.exists(DUPS_DONE):
+        _find_duplicates(ctx, executor)
+    done = set(checkpoint.ranges_done)
+    tasks = [_task(ctx, r) for r in range(num_ranges) if r not in done]
+    processed = bytes_out = 0
+    progress.ranges(len(done), num_ranges, checkpoint.totals, force=True)
+    for result in executor.map_unordered(write_range, tasks):
+        if result.index in checkpoint.ranges_done:  # a range run twice: the first published result stands
+            continue
+        publish_attempt(store, result)
+        checkpoint = _record(checkpoint, result)
+        save_checkpoint(store, checkpoint)
+        processed += result.processed
+        bytes_out += result.bytes_out
+        progress.ranges(len(checkpoint.ranges_done), num_ranges, checkpoint.totals)
+        log.info("range %d done: %d shards, %d inputs", result.index, len(result.shards), result.totals.inputs_seen)
+    progress.ranges(len(checkpoint.ranges_done), num_ranges, checkpoint.totals, force=True)
+    progress.close()
+    _join_rejects(store, num_ranges)
+    return RunOutcome(checkpoint.totals, checkpoint.shards, processed, bytes_out)
+
+
+def _task(ctx: RunContext, index: int) -> RangeTask:
+    return RangeTask(config=ctx.config, store=ctx.store, handler=ctx.handler, output_format=ctx.output_format,
+                     fingerprint=ctx.fingerprint, index=index, tokenizer=ctx.tokenizer)
+
+
+def publish(store: OutputStore, attempt: str, names: Iterable[str], last: str | None = None) -> None:
+    """Rename the files of folder ``attempt`` to their final ``names`` (relative to OUT), durably.
+
+    In the folder each file has the last component of its final name; ``last`` is renamed
+    after the others are durable (a marker that says they are all there). The folder is
+    removed afterwards.
+    """
+    store.move((f"{attempt}/{leaf(name)}", name) for name in names)
+    if last is not None:
+        store.move([(f"{attempt}/{leaf(last)}", last)])
+    store.remove_tree(attempt)
+
+
+def publish_attempt(store: OutputStore, result: RangeResult) -> None:
+    """The attempt's shards and sidecars into OUT, its rejects to ``rejects_name``.
+
+    A driver killed in the middle leaves shards the checkpoint does not name, which the
+    resume removes before the range runs again.
+    """
+    names = [name for shard in result.shards for name in (shard.name, shard.index) if name]
+    publish(store, result.attempt, [*names, rejects_name(result.index)])
+
+
+def remove_attempts(store: OutputStore) -> None:
+    """Remove every attempt's folder (of a killed driver's tasks, or a retried one): never published.
+
+    A stale task still writing into its folder then fails to write there; what it may
+    create during the removal stays in the state folder, which goes when the run ends.
+    """
+    store.remove_tree(ATTEMPTS_DIR)
+    (store.local_path() / ATTEMPTS_DIR).mkdir(parents=True, exist_ok=True)
+
+
+def check_probes(store: OutputStore, token: str, answers: Iterable[tuple[str, str, bool]]) -> None:
+    """Fail unless every node (label, name, saw the driver's file) saw OUT and the driver sees its file."""
+    hint = ("OUT must be one folder that every node mounts at the same path (NFS, Lustre, ...), or a store URL "
+            "(s3://bucket/prefix) that every node reaches")
+    for label, node, seen in answers:
+        if not seen:
+            raise UsageError(f"node {label} ({node}) cannot see OUT {store.describe()}: the driver's probe file "
+                             f"{PROBE_DIR}/driver is missing there; {hint}")
+        if not store.exists(probe_name(token, node)):
+            raise UsageError(f"node {label} ({node}) wrote its probe file to OUT {store.describe()} but the driver "
+                             f"cannot see it ({probe_name(token, node)}); {hint}")
+
+
+def _record(checkpoint: Checkpoint, result: RangeResult) -> Checkpoint:
+    """The checkpoint with range ``result.index`` completed (idempotent for a range run twice)."""
+    if result.index in checkpoint.ranges_done:
+        return checkpoint
+    a, b = checkpoint.totals, result.totals
+    reasons = dict(a.rejected_by_reason)
+    for reason, count in b.rejected_by_reason.items():
+        reasons[reason] = reasons.get(reason, 0) + count
+    totals = Totals(a.inputs_seen + b.inputs_seen, a.samples_kept + b.samples_kept, a.rejected + b.rejected, reasons)
+    shards = tuple(sorted((*checkpoint.shards, *result.shards), key=lambda s: s.name))
+    ranges_done = tuple(sorted((*checkpoint.ranges_done, result.index)))
+    return replace(checkpoint, totals=totals, shards=shards, ranges_done=ranges_done)
+
+
+def _find_duplicates(ctx: RunContext, executor: TaskExecutor) -> None:
+    """Both passes of duplicate finding (``range_tasks``), skipping what a killed driver had finished."""
+    store, num_ranges = ctx.store, ctx.plan.num_ranges
+    missing = [_task(ctx, r) for r in range(num_ranges)
+               if not all(store.exists(digests_name(r, p)) for p in range(DIGEST_PARTITIONS))]
+    records = 0
+    for result in executor.map_unordered(range_digests, missing):
+        publish(store, result.attempt, result.names, result.last)
+        records += result.count
+    log.info("digests of %d ranges written (%d records); grouping them in plan order", len(missing), records)
+    groups = [GroupTask(store, p, num_ranges) for p in range(DIGEST_PARTITIONS)
+              if not store.exists(grouped_name(p))]
+    found = 0
+    for result in executor.map_unordered(group_partition, groups):
+        publish(store, result.attempt, result.names, result.last)
+        found += result.count
+    log.info("%d duplicates found in %d partitions", found, len(groups))
+    store.write_bytes(DUPS_DONE, b"1\n")
+
+
+def _join_rejects(store: OutputStore, num_ranges: int) -> None:
+    """The run's rejects file (the state folder's partial one): every range's rejects, in range order."""
+    with store.writer(PARTIAL_REJECTS_PATH) as dst:
+        for index in range(num_ranges):
+            with store.open_read(rejects_name(index)) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)

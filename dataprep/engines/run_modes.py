@@ -1,0 +1,114 @@
+"""The two modes of the write loop (``write_loop.WriteMode``): a checkpointed run, and one range as a task.
+
+``CheckpointedRun`` (``--engine local``) writes the ranges from its checkpoint to the end of
+the plan; its rejects go to the state folder's partial rejects file, duplicates are found
+in the on-disk ``SeenSet`` (rolled back to the checkpoint), and every checkpoint makes the
+rejects, the duplicate set and the checkpoint document durable, so a killed run resumes
+from the last one. ``RangeTaskRun`` (a task of ``--engine ray``, ``dataprep.engines.range_tasks``)
+writes one range whole into its attempt's folder; its duplicates were found beforehand
+across ranges, and nothing is checkpointed: a task that fails is run again from the
+range's start.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import BinaryIO
+
+import numpy as np
+
+from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint, save_checkpoint, state_dir
+from dataprep.engines.handlers import LayoutHandler
+from dataprep.commands.outdir import open_output
+from dataprep.formats.samples import CleanRecord, EncodedSample
+from dataprep.engines.context import RunContext
+from dataprep.plan.seen import SeenSet
+from dataprep.output.store import OutputStore
+
+
+class CheckpointedRun:
+    """The ranges from ``start`` to the end of the plan, checkpointed after every shard (module docstring)."""
+
+    def __init__(self, ctx: RunContext, start: Checkpoint) -> None:
+        self.ctx, self.start = ctx, start
+        self._seen: SeenSet | None = None  # opened where the loop runs (the writing child), on first use
+
+    def ranges(self) -> range:
+        return range(self.start.range, self.ctx.plan.num_ranges)
+
+    def rejects(self) -> AbstractContextManager[BinaryIO]:
+        return self.ctx.store.appender(PARTIAL_REJECTS_PATH, fresh=False)
+
+    def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
+        digest = handler.dedup_digest(sample)
+        return digest is not None and self._seen_set().first(digest, records_done) is not None
+
+    def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
+        store = self.ctx.store
+        store.sync(rejects)
+        if self._seen is not None:
+            self._seen.commit()
+            store.publish(f"{SEEN_PATH}/{name}" for name in self._seen.committed_files())
+        save_checkpoint(store, checkpoint)
+
+    def finish(self, rejects: BinaryIO) -> None:
+        """Nothing left: the end of the last range was a checkpoint."""
+
+    def close(self) -> None:
+        if self._seen is not None:
+            self._seen.close()
+            self._seen = None
+
+    def after_crash(self) -> CheckpointedRun:
+        """From the last checkpoint, OUT tidied back to it (the dead child's open shard, rejects past it)."""
+        ctx = self.ctx
+        state = open_output(ctx.store.local_path(), ctx.fingerprint, overwrite=False)
+        return CheckpointedRun(ctx, state.checkpoint or self.start)
+
+    def _seen_set(self) -> SeenSet:
+        if self._seen is None:  # only tables and text look for duplicates here
+            self._seen = SeenSet.open(state_dir(self.ctx.store.local_path()) / SEEN_NAME)
+            self._seen.truncate(self.start.records_done)
+        return self._seen
+
+
+class RangeTaskRun:
+    """Range ``index`` whole, on its own, into ``store`` (an attempt's folder), as a task (module docstring).
+
+    rejects_name: the range's rejects file in ``store`` (started afresh); duplicates: int64
+    [D], sorted ordinals (0-based, over the range's raw records in plan order) of the
+    records that repeat an earlier record of the plan.
+    """
+
+    def __init__(self, ctx: RunContext, index: int, rejects_name: str, duplicates: np.ndarray) -> None:
+        self.ctx, self.index = ctx, index
+        self.rejects_name, self.duplicates = rejects_name, duplicates
+        self.start = Checkpoint(range=index, position=ctx.plan.range_bounds(index)[0])
+
+    @property
+    def store(self) -> OutputStore:
+        return self.ctx.store
+
+    def ranges(self) -> range:
+        return range(self.index, self.index + 1)
+
+    def rejects(self) -> AbstractContextManager[BinaryIO]:
+        return self.store.appender(self.rejects_name, fresh=True)
+
+    def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
+        dups = self.duplicates
+        at = int(np.searchsorted(dups, records_done))
+        return at < len(dups) and int(dups[at]) == records_done
+
+    def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
+        """Nothing to record: a range task is never resumed half-way."""
+
+    def finish(self, rejects: BinaryIO) -> None:
+        self.store.sync(rejects)
+
+    def close(self) -> None:
+        """Nothing held."""
+
+    def after_crash(self) -> RangeTaskRun:
+        """The same range again, from its start (its attempt's files are written again)."""
+        return self

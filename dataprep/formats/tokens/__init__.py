@@ -1,0 +1,1 @@
+"""Token shards (Megatron-Core ``IndexedDataset``): the writer (``writer``) and the ``.idx`` format (``index``)."""
