@@ -27,26 +27,26 @@ from types import TracebackType
 from typing import Any
 
 from dataprep.plan.checkpoint import STATE_DIR
-from dataprep.commands.config import ShardConfig
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.formats.manifest import MANIFEST_NAME, REJECTS_NAME, ShardInfo
 from dataprep.output.object_store import SHA256_ATTRIBUTE, ObjectOutputStore, is_state, output_config, stamp
-from dataprep.commands.outdir import OutputLock, OutputState, open_output
+from dataprep.output.target import OutTarget
+from dataprep.plan.outdir import OutputLock, OutputState, open_output
 from dataprep.remote import ObjectMeta, RemoteNotFoundError, RemoteStore
 
 RANGES_PREFIX = f"{STATE_DIR}/ranges/"  # the range tasks' files: read in the store, never mirrored
 
 
 class ObjectOutput:
-    """OUT at ``config.out_url``, staged in ``config.out`` (module docstring); a context manager (the lock)."""
+    """OUT at ``out.url``, staged in ``out.folder`` (module docstring); a context manager (the lock)."""
 
-    def __init__(self, config: ShardConfig) -> None:
-        if config.out_url is None:
-            raise ValueError("ObjectOutput needs a store URL as OUT (config.out_url is None)")
-        self.url = config.out_url
-        self.out = config.out
-        self._lock = OutputLock(config.out.parent)
-        self.store = ObjectOutputStore(RemoteStore(config.out_url, output_config(config.remote_timeout_s)), config.out)
+    def __init__(self, out: OutTarget) -> None:
+        if out.url is None:
+            raise ValueError("ObjectOutput needs a store URL as OUT (out.url is None)")
+        self.url = out.url
+        self.out = out.folder
+        self._lock = OutputLock(out.folder.parent)
+        self.store = ObjectOutputStore(RemoteStore(out.url, output_config(out.timeout_s)), out.folder)
 
     def __enter__(self) -> ObjectOutput:
         self._lock.__enter__()

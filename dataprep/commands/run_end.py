@@ -7,15 +7,16 @@ manifest, and the manifest built from the plan and the run's outcome, written la
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, state_dir
-from dataprep.commands.config import ShardConfig
 from dataprep.errors import FormatError, RejectBudgetError, UsageError
 from dataprep.inputs.listing import LISTING_NAME, changes, read_listing
 from dataprep.formats.manifest import (FORMAT_TOKENS, MANIFEST_NAME, REJECTS_NAME, Manifest, ShardInfo, Totals,
                                        manifest_bytes)
-from dataprep.commands.outdir import shard_pattern
-from dataprep.inputs.raw_source import raw_digest, raw_entries
+from dataprep.plan.outdir import shard_pattern
+from dataprep.inputs.raw_source import RawSource
+from dataprep.output.target import OutTarget
 from dataprep.commands.summary import Summary
 from dataprep.engines.context import RunContext, RunOutcome
 from dataprep.plan.run_plan import RunPlanInfo
@@ -23,15 +24,25 @@ from dataprep.output.store import OutputStore
 from dataprep.formats.registry import manifest_schema
 
 
+@dataclass(frozen=True)
+class RejectBudget:
+    """How many rejects a run may end with: ``max_fraction`` of its inputs (None: any), and whether keeping
+    no sample at all is a success (``allow_empty``)."""
+
+    max_fraction: float | None = None
+    allow_empty: bool = False
+
+
 def build_manifest(ctx: RunContext, outcome: RunOutcome, argv: tuple[str, ...]) -> Manifest:
     """The manifest of a finished run (written last, by ``publish_manifest``)."""
-    info, options = ctx.plan.info, ctx.writer_options
+    info, spec = ctx.plan.info, ctx.spec
     return Manifest(
-        format=ctx.output_format, layout=str(ctx.plan.layout), shards=outcome.shards, totals=outcome.totals,
-        command=argv, options=ctx.fingerprint, label_map=info.label_map,
-        schema=manifest_schema(ctx.output_format, ctx.handler.parquet_schema(), outcome.shards, options.token_dtype),
+        format=spec.output_format, layout=str(ctx.plan.layout), shards=outcome.shards, totals=outcome.totals,
+        command=argv, options=spec.fingerprint, label_map=info.label_map,
+        schema=manifest_schema(spec.output_format, spec.handler.parquet_schema(), outcome.shards,
+                               spec.writer.token_dtype),
         rejects=REJECTS_NAME, layout_reason=info.layout_reason, raw_listing_sha256=info.listing_sha256,
-        tokenizer=ctx.tokenizer.manifest_block() if ctx.tokenizer is not None else None,
+        tokenizer=ctx.spec.tokenizer.manifest_block() if ctx.spec.tokenizer is not None else None,
     )
 
 
@@ -62,54 +73,55 @@ def publish_rejects(store: OutputStore) -> None:
     store.move([(PARTIAL_REJECTS_PATH, REJECTS_NAME)])
 
 
-def already_complete(config: ShardConfig, m: Manifest) -> Summary:
+def already_complete(raw: RawSource, out: OutTarget, budget: RejectBudget, m: Manifest) -> Summary:
     """The answer to a rerun over a finished OUT: its summary, unless RAW changed or the budgets now fail."""
-    if m.raw_listing_sha256 is not None and raw_digest(config) != m.raw_listing_sha256:
-        raise UsageError(f"RAW {config.raw_name} changed since {config.out_name} was made from it (files added, "
+    if m.raw_listing_sha256 is not None and raw.digest() != m.raw_listing_sha256:
+        raise UsageError(f"RAW {raw.name} changed since {out.name} was made from it (files added, "
                          "removed or modified); pass --overwrite to shard it again")
     # The budgets are not in the fingerprint: a finished OUT answers a stricter rerun as a fresh run would.
-    check_budgets(config, m.totals)
-    return Summary(out=config.out_name, layout=m.layout, output_format=m.format, totals=m.totals,
+    check_budgets(budget, out.name, m.totals)
+    return Summary(out=out.name, layout=m.layout, output_format=m.format, totals=m.totals,
                    shards=len(m.shards), bytes_written=sum(s.bytes for s in m.shards), elapsed_s=0.0,
                    samples_per_s=0.0, mb_per_s=0.0, already_complete=True, layout_reason=m.layout_reason,
                    tokens=_tokens(m.format, m.shards))
 
 
-def check_raw_unchanged(config: ShardConfig, plan: RunPlanInfo) -> None:
+def check_raw_unchanged(raw: RawSource, out: OutTarget, plan: RunPlanInfo) -> None:
     """Refuse to resume when RAW's listing differs from the plan's, naming what changed."""
-    if raw_digest(config) == plan.listing_sha256:
+    if raw.digest() == plan.listing_sha256:
         return
-    found = changes(read_listing(state_dir(config.out) / LISTING_NAME), raw_entries(config))
+    found = changes(read_listing(state_dir(out.folder) / LISTING_NAME), raw.entries())
     what = "; ".join(found) or "listing differs"
-    raise UsageError(f"RAW {config.raw_name} changed since this run was planned ({what}); resuming would mix two "
+    raise UsageError(f"RAW {raw.name} changed since this run was planned ({what}); resuming would mix two "
                      "versions of it. Restore RAW, or pass --overwrite to start again from zero")
 
 
-def check_budgets(config: ShardConfig, totals: Totals) -> None:
+def check_budgets(budget: RejectBudget, out_name: str, totals: Totals) -> None:
     """Fail (no manifest; a rerun resumes at the end) on too many rejects or no sample at all."""
     seen, rejected = totals.inputs_seen, totals.rejected
-    rejects_file = f"{config.out_name}/{REJECTS_NAME}"
-    budget = config.max_reject_fraction
-    if budget is not None and seen and rejected / seen > budget:
+    rejects_file = f"{out_name}/{REJECTS_NAME}"
+    fraction = budget.max_fraction
+    if fraction is not None and seen and rejected / seen > fraction:
         raise RejectBudgetError(
             f"{rejected:,} of {seen:,} inputs rejected ({rejected / seen:.1%}), more than --max-reject-fraction "
-            f"{budget}; see {rejects_file}. Rerun with a higher fraction to finish"
+            f"{fraction}; see {rejects_file}. Rerun with a higher fraction to finish"
         )
-    if totals.samples_kept == 0 and not config.allow_empty:
+    if totals.samples_kept == 0 and not budget.allow_empty:
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(totals.rejected_by_reason.items())) or "none"
         what = f"all {seen:,} inputs were rejected ({reasons}; see {rejects_file})" if seen else "no input was found"
         raise RejectBudgetError(f"no sample was kept: {what}. Check RAW and --layout, or pass --allow-empty "
                                 "to accept an empty output")
 
 
-def summary_of(ctx: RunContext, outcome: RunOutcome, elapsed_s: float, resumed_from_shard: int | None) -> Summary:
-    """The summary of a run that wrote ``outcome`` in ``elapsed_s`` seconds."""
+def summary_of(ctx: RunContext, out_name: str, outcome: RunOutcome, elapsed_s: float,
+               resumed_from_shard: int | None) -> Summary:
+    """The summary of a run that wrote ``outcome`` into OUT (``out_name``) in ``elapsed_s`` seconds."""
     return Summary(
-        out=ctx.config.out_name, layout=str(ctx.plan.layout), output_format=ctx.output_format,
+        out=out_name, layout=str(ctx.plan.layout), output_format=ctx.spec.output_format,
         totals=outcome.totals, shards=len(outcome.shards), bytes_written=sum(s.bytes for s in outcome.shards),
         elapsed_s=elapsed_s, samples_per_s=outcome.processed / elapsed_s if elapsed_s else 0.0,
         mb_per_s=outcome.bytes_out / elapsed_s / 1e6 if elapsed_s else 0.0, resumed_from_shard=resumed_from_shard,
-        layout_reason=ctx.plan.info.layout_reason, tokens=_tokens(ctx.output_format, outcome.shards),
+        layout_reason=ctx.plan.info.layout_reason, tokens=_tokens(ctx.spec.output_format, outcome.shards),
     )
 
 

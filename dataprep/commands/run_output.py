@@ -1,6 +1,6 @@
 """OUT of a run, one interface whatever it is: a folder (``LocalOutput``) or object storage (``ObjectOutput``).
 
-``make_output(config)`` chooses (the one place that does); ``dataprep.commands.shard`` enters it (the
+``make_output(out, raw)`` chooses (the one place that does); ``dataprep.commands.shard`` enters it (the
 run's lock), asks ``open`` what OUT holds (``outdir.OutputState``), writes through its
 ``store`` (``dataprep.output.store.OutputStore``), and calls ``finish`` after the manifest.
 """
@@ -10,10 +10,11 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from dataprep.commands.config import ShardConfig
 from dataprep.commands.object_output import ObjectOutput
-from dataprep.commands.outdir import OutputLock, OutputState, check_paths, check_raw, finish, open_output
+from dataprep.plan.outdir import OutputLock, OutputState, check_paths, check_raw, finish, open_output
+from dataprep.inputs.raw_source import RawSource
 from dataprep.output.store import LocalStore, OutputStore
+from dataprep.output.target import OutTarget
 
 
 class RunOutput(Protocol):
@@ -39,14 +40,14 @@ class RunOutput(Protocol):
 class LocalOutput:
     """OUT as a folder: ``outdir``'s checks on RAW and OUT, ``OutputLock``, ``LocalStore``."""
 
-    def __init__(self, config: ShardConfig) -> None:
-        self.config = config
-        self.store = LocalStore(config.out)
-        self._lock = OutputLock(config.out)
+    def __init__(self, out: OutTarget, raw: RawSource) -> None:
+        self.out, self.raw = out.folder, raw
+        self.store = LocalStore(out.folder)
+        self._lock = OutputLock(out.folder)
 
     def __enter__(self) -> LocalOutput:
-        if self.config.raw_url is None:  # a remote RAW is checked when it is listed
-            check_paths(self.config.raw, self.config.out)
+        if self.raw.url is None:  # a remote RAW is checked when it is listed
+            check_paths(self.raw.root, self.out)
         self._lock.__enter__()
         return self
 
@@ -54,16 +55,16 @@ class LocalOutput:
         self._lock.__exit__(kind, error, tb)
 
     def open(self, fingerprint: dict[str, Any], *, overwrite: bool) -> OutputState:
-        return open_output(self.config.out, fingerprint, overwrite=overwrite)
+        return open_output(self.out, fingerprint, overwrite=overwrite)
 
     def finish(self) -> None:
-        finish(self.config.out)
+        finish(self.out)
 
 
-def make_output(config: ShardConfig) -> RunOutput:
-    """OUT of ``config``: object storage when it is a store URL (``config.out_url``), else a folder."""
-    if config.out_url is None:
-        return LocalOutput(config)
-    if config.raw_url is None:
-        check_raw(config.raw)
-    return ObjectOutput(config)
+def make_output(out: OutTarget, raw: RawSource) -> RunOutput:
+    """OUT: object storage when it is a store URL (``out.url``), else a folder."""
+    if out.url is None:
+        return LocalOutput(out, raw)
+    if raw.url is None:
+        check_raw(raw.root)
+    return ObjectOutput(out)

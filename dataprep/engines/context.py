@@ -1,44 +1,53 @@
-"""What a run decides once and hands down (``RunContext``), and what its write loop returns (``RunOutcome``)."""
+"""What a run decides once and hands down (``RunSpec``, ``RunContext``), and what its write loop returns
+(``RunOutcome``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from dataprep.commands.config import ShardConfig
 from dataprep.engines.handlers import LayoutHandler
 from dataprep.formats.manifest import ShardInfo, Totals
-from dataprep.plan.run_plan import RunPlan
-from dataprep.output.store import OutputStore
-from dataprep.tokenize.tokenizer import Tokenizer
 from dataprep.formats.registry import WriterOptions
+from dataprep.inputs.raw_source import RawSource
+from dataprep.output.store import OutputStore
+from dataprep.plan.run_plan import RunPlan
+from dataprep.tokenize.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run writes, decided once by the command (``dataprep.commands.shard``); picklable, the same on
+    every node and in every writer.
+
+    handler: the plan's layout (``dataprep.engines.handlers``); output_format: ``Manifest.format``;
+    fingerprint: the options that shape the output bytes; writer: how shards roll over
+    (``formats.registry.WriterOptions``); prefix: shard names are ``{prefix}-{range:05d}-{n:06d}``;
+    raw: RAW (rejects name a remote RAW's objects by their URL); tokenizer: the loaded
+    ``--tokenizer`` of token output, else None; min_tokens: the fewest tokens (EOS not counted)
+    a kept document has.
+    """
+
+    handler: LayoutHandler
+    output_format: str
+    fingerprint: dict[str, Any]
+    writer: WriterOptions
+    prefix: str
+    raw: RawSource
+    tokenizer: Tokenizer | None = None
+    min_tokens: int = 1
 
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run as every stage reads it, decided once: by ``dataprep.commands.shard``, or once per range task.
+    """One run (or one range task) as the write loop reads it: what it writes (``spec``), into ``store``
+    (OUT, or an attempt's folder), from ``plan`` (the saved run plan), with ``workers`` cleaning threads or
+    processes (and tokenizing threads)."""
 
-    store: OUT (``dataprep.output.store``); plan: the saved run plan; handler: the plan's layout
-    (``dataprep.engines.handlers``); output_format: ``Manifest.format``, from ``writers.choose_format``;
-    fingerprint: ``config.fingerprint(tokenizer)``, the options that shape the output bytes;
-    tokenizer: the loaded ``--tokenizer`` of token output (loaded once, by the driver), else None.
-    """
-
-    config: ShardConfig
+    spec: RunSpec
     store: OutputStore
     plan: RunPlan
-    handler: LayoutHandler
-    output_format: str
-    fingerprint: dict[str, Any]
-    tokenizer: Tokenizer | None = None
-
-    @property
-    def writer_options(self) -> WriterOptions:
-        """How every range's writer rolls shards over (``writers.open_writer``)."""
-        config = self.config
-        return WriterOptions(max_shard_bytes=config.max_shard_bytes, max_samples_per_shard=config.max_samples_per_shard,
-                             row_group_bytes=config.row_group_bytes, parquet_schema=self.handler.parquet_schema(),
-                             token_dtype=self.tokenizer.dtype if self.tokenizer is not None else None)
+    workers: int = 1
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,12 @@ from dataprep.clean.images import clean_image
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest, iter_table_rows
 from dataprep.clean.text import clean_table_text, clean_text, iter_text_records, text_digest
-from dataprep.errors import UsageError
 from dataprep.formats.manifest import FORMAT_TOKENS, FORMAT_WDS
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
-from dataprep.plan.run_plan import FilePart, RunPlan, Unit
-from dataprep.inputs.sources import Layout, LayoutChoice
+from dataprep.inputs.records import FilePart, Unit
+from dataprep.plan.run_plan import RunPlan
+from dataprep.inputs.sources import Layout
 from dataprep.formats.tar.writer import encode_sample
 
 Result = CleanRecord | EncodedSample | Reject
@@ -273,17 +273,3 @@ def make_handler(plan: RunPlan, image: ImageOptions, table: TableOptions, text: 
     if layout is Layout.TEXT:
         return TextHandler(text)
     return MediaHandler(image, plan.info.label_map, output_format)
-
-
-def refuse_other_layouts_options(choice: LayoutChoice, table: TableOptions, raw: Path,
-                                 text_column: str | None = None) -> None:
-    """Table options (``text_column``: ``--text-column``) over a RAW that is not a table would be ignored:
-    a usage error instead."""
-    if choice.layout is Layout.TABLE:
-        return
-    given = [flag for flag, value in (("--schema", table.schema), ("--dedup-on", table.dedup_on),
-                                      ("--required", table.required or None), ("--text-column", text_column))
-             if value is not None]
-    if given:
-        raise UsageError(f"{', '.join(given)} applies to tables, but RAW {raw} is {choice.layout} ({choice.reason}); "
-                         f"leave it out, or pass --layout table if RAW holds tables")

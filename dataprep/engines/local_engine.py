@@ -28,7 +28,7 @@ class LocalEngine:
                              f"({len(checkpoint.ranges_done)} of {ctx.plan.num_ranges} ranges done); resume it with "
                              "--engine ray, or pass --overwrite")
         mode = CheckpointedRun(ctx, checkpoint)
-        workers = ctx.config.workers
-        if ctx.handler.is_media and workers > 1:
+        workers = ctx.workers
+        if ctx.spec.handler.is_media and workers > 1:
             return run_supervised(ctx, mode, progress)
         return WriteLoop(ctx, mode, ProcessCleaning(workers), progress).execute()

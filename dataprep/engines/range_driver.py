@@ -55,7 +55,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
                          f"{checkpoint.range}); resume it with --engine local, or pass --overwrite to start again")
     executor.check_shared(store)
     remove_attempts(store)
-    if ctx.handler.finds_duplicates() and not store.exists(DUPS_DONE):
+    if ctx.spec.handler.finds_duplicates() and not store.exists(DUPS_DONE):
         _find_duplicates(ctx, executor)
     done = set(checkpoint.ranges_done)
     tasks = [_task(ctx, r) for r in range(num_ranges) if r not in done]
@@ -78,8 +78,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
 
 
 def _task(ctx: RunContext, index: int) -> RangeTask:
-    return RangeTask(config=ctx.config, store=ctx.store, handler=ctx.handler, output_format=ctx.output_format,
-                     fingerprint=ctx.fingerprint, index=index, tokenizer=ctx.tokenizer)
+    return RangeTask(spec=ctx.spec, store=ctx.store, index=index)
 
 
 def publish(store: OutputStore, attempt: str, names: Iterable[str], last: str | None = None) -> None:

@@ -46,20 +46,17 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dataprep.plan.checkpoint import STATE_DIR, state_dir
-from dataprep.commands.config import ShardConfig
 from dataprep.errors import UsageError
-from dataprep.engines.handlers import LayoutHandler
 from dataprep.formats.manifest import ShardInfo, Totals
 from dataprep.inputs.records import Reject
 from dataprep.engines.progress import ProgressLine
-from dataprep.engines.context import RunContext
+from dataprep.engines.context import RunContext, RunSpec
 from dataprep.engines.run_modes import RangeTaskRun
 from dataprep.output.object_store import ObjectOutputStore
 from dataprep.inputs.raw_source import stage_units
@@ -68,7 +65,6 @@ from dataprep.plan.run_plan import PLAN_NAME, RunPlan, plan_names
 from dataprep.plan.seen import SeenSet
 from dataprep.output.store import LocalStore, OutputStore, leaf
 from dataprep.engines.supervisor import run_supervised
-from dataprep.tokenize.tokenizer import Tokenizer
 from dataprep.engines.write_loop import ProcessCleaning, WriteLoop
 
 RANGES_DIR = f"{STATE_DIR}/ranges"
@@ -124,19 +120,15 @@ def start_attempt(store: OutputStore, label: str) -> tuple[str, OutputStore]:
 class RangeTask:
     """One range of a run: what a task needs besides the files in OUT (pickled to the worker).
 
-    store, handler, output_format, fingerprint, tokenizer: decided once by the driver
-    (``RunContext``; the tokenizer travels pickled, whole); threads: cleaning threads (media)
-    or processes (tables, text), and tokenizing threads, inside the task.
+    spec: what the run writes, decided once by the driver (the tokenizer travels pickled,
+    whole); store: OUT; threads: cleaning threads (media) or processes (tables, text), and
+    tokenizing threads, inside the task.
     """
 
-    config: ShardConfig
+    spec: RunSpec
     store: OutputStore
-    handler: LayoutHandler
-    output_format: str
-    fingerprint: dict[str, Any]
     index: int
     threads: int = 1
-    tokenizer: Tokenizer | None = None
 
     def open_plan(self) -> RunPlan:
         """The saved plan; a clear error if this node cannot see it (OUT not shared)."""
@@ -148,7 +140,7 @@ class RangeTask:
             raise UsageError(f"range {self.index}: the plan {directory}/{PLAN_NAME} is not visible on node "
                              f"{os.uname().nodename}; OUT must be a folder every node sees at the same path")
         plan = RunPlan(directory)
-        if plan.info.fingerprint != json.loads(json.dumps(self.fingerprint)):  # a stale task of an earlier run
+        if plan.info.fingerprint != json.loads(json.dumps(self.spec.fingerprint)):  # a stale task of an earlier run
             raise UsageError(f"range {self.index}: the plan in {directory} is of other options than this task's "
                              "(OUT was overwritten by a run of other options); this task is stale and writes nothing")
         return plan
@@ -160,10 +152,8 @@ class RangeTask:
         """
         plan = self.open_plan()
         start, stop = plan.range_bounds(self.index)
-        stage_units(self.config, plan.units(start, stop))
-        return RunContext(config=replace(self.config, workers=self.threads), store=store, plan=plan,
-                          handler=self.handler, output_format=self.output_format, fingerprint=self.fingerprint,
-                          tokenizer=self.tokenizer)
+        stage_units(self.spec.raw, plan.units(start, stop))
+        return RunContext(spec=self.spec, store=store, plan=plan, workers=self.threads)
 
 
 @dataclass(frozen=True)
@@ -183,8 +173,8 @@ def range_digests(task: RangeTask) -> PassResult:
     """First pass: the dedup digest of every kept record of the range (count: its raw records)."""
     ctx = task.context(task.store)
     start, stop = ctx.plan.range_bounds(task.index)
-    items = (item for unit in ctx.plan.units(start, stop) for item in ctx.handler.records(unit))
-    results = ProcessCleaning(task.threads).results(ctx.handler, items, start)
+    items = (item for unit in ctx.plan.units(start, stop) for item in ctx.spec.handler.records(unit))
+    results = ProcessCleaning(task.threads).results(ctx.spec.handler, items, start)
     ordinal = 0
     attempt, own = start_attempt(task.store, f"digests-{task.index:05d}")
     names = tuple(digests_name(task.index, p) for p in range(DIGEST_PARTITIONS))
@@ -192,7 +182,7 @@ def range_digests(task: RangeTask) -> PassResult:
         parts = [stack.enter_context(own.writer(leaf(name))) for name in names]
         for result in results:
             if not isinstance(result, Reject):
-                digest = ctx.handler.dedup_digest(result)
+                digest = ctx.spec.handler.dedup_digest(result)
                 if digest is not None:
                     parts[digest[0] % DIGEST_PARTITIONS].write(_DIGEST_HEAD.pack(ordinal, len(digest)) + digest)
             ordinal += 1
@@ -255,14 +245,14 @@ def write_range(task: RangeTask) -> RangeResult:
     """
     store = task.store
     duplicates = np.zeros(0, dtype=np.int64)
-    if task.handler.finds_duplicates():
+    if task.spec.handler.finds_duplicates():
         parts = [np.load(io.BytesIO(store.read_bytes(dups_name(task.index, p)))) for p in range(DIGEST_PARTITIONS)]
         duplicates = np.sort(np.concatenate(parts))
     attempt, own = start_attempt(store, f"range-{task.index:05d}")
     ctx = task.context(own)
     mode = RangeTaskRun(ctx, task.index, leaf(rejects_name(task.index)), duplicates)
     progress = ProgressLine(None, enabled=False)
-    if ctx.handler.is_media:
+    if ctx.spec.handler.is_media:
         outcome = run_supervised(ctx, mode, progress)
     else:
         outcome = WriteLoop(ctx, mode, ProcessCleaning(task.threads), progress).execute()

@@ -19,7 +19,7 @@ import numpy as np
 
 from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint, save_checkpoint, state_dir
 from dataprep.engines.handlers import LayoutHandler
-from dataprep.commands.outdir import open_output
+from dataprep.plan.outdir import open_output
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.engines.context import RunContext
 from dataprep.plan.seen import SeenSet
@@ -62,7 +62,7 @@ class CheckpointedRun:
     def after_crash(self) -> CheckpointedRun:
         """From the last checkpoint, OUT tidied back to it (the dead child's open shard, rejects past it)."""
         ctx = self.ctx
-        state = open_output(ctx.store.local_path(), ctx.fingerprint, overwrite=False)
+        state = open_output(ctx.store.local_path(), ctx.spec.fingerprint, overwrite=False)
         return CheckpointedRun(ctx, state.checkpoint or self.start)
 
     def _seen_set(self) -> SeenSet:

@@ -28,7 +28,7 @@ THREAD_WINDOW_PER_WORKER = 32
 
 def run_supervised(ctx: RunContext, mode: WriteMode, progress: ProgressLine) -> RunOutcome:
     """Run the write loop in a forked child cleaning media on ``config.workers`` threads; survive decoder crashes."""
-    workers = ctx.config.workers
+    workers = ctx.workers
     in_flight = InFlight(workers * THREAD_WINDOW_PER_WORKER)
     crashed: dict[int, Reject] = {}
     while True:
@@ -37,7 +37,7 @@ def run_supervised(ctx: RunContext, mode: WriteMode, progress: ProgressLine) -> 
         if not forked.died:
             return forked.result()
         suspects = [p for p in in_flight.positions() if p not in crashed]
-        culprits = crash_culprits(ctx.handler, ctx.plan, suspects)
+        culprits = crash_culprits(ctx.spec.handler, ctx.plan, suspects)
         if not culprits:
             names = [getattr(ctx.plan.at(p), "source", "?") for p in suspects]
             shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")

@@ -215,8 +215,8 @@ class WriteLoop:
             first, skip, self.next_shard = start, 0, 0
         self.range_index = index
         tags: deque[Tag] = deque()
-        writer = open_writer(ctx.output_format, ctx.store.local_path(), prefix=f"{ctx.config.prefix}-{index:05d}",
-                             start_shard=self.next_shard, options=ctx.writer_options)
+        writer = open_writer(ctx.spec.output_format, ctx.store.local_path(), prefix=f"{ctx.spec.prefix}-{index:05d}",
+                             start_shard=self.next_shard, options=ctx.spec.writer)
         with writer, closing(self._results(first, stop, skip, tags)) as results:
             for result in results:
                 self._consume(tags.popleft(), result, writer, rejects, index)
@@ -232,7 +232,7 @@ class WriteLoop:
         Skipped records are parsed, not cleaned: at most one unit (a file part of at most
         ``run_plan.MAX_PART_BYTES``, or a whole CSV or Parquet file) is read again on resume.
         """
-        handler, crashed = self.ctx.handler, self.cleaning.crashed
+        handler, crashed = self.ctx.spec.handler, self.cleaning.crashed
         for position, unit in enumerate(self.ctx.plan.units(first, stop), first):
             start = skip if position == first else 0
             for k, item in enumerate(handler.records(unit)):
@@ -246,14 +246,14 @@ class WriteLoop:
     def _results(self, first: int, stop: int, skip: int, tags: deque[Tag]) -> Generator[Result, None, None]:
         """Results in plan order, cleaned, duplicates told, tokenized for token output; ``tags`` gets each
         one's (position, record) as it is submitted."""
-        cleaned = self.cleaning.results(self.ctx.handler, self._items(first, stop, skip, tags), first + skip)
+        cleaned = self.cleaning.results(self.ctx.spec.handler, self._items(first, stop, skip, tags), first + skip)
         kept = self._deduplicated(cleaned, self.records_done)
         return kept if self.tokens is None else self.tokens.documents(kept)
 
     def _deduplicated(self, results: Generator[Result, None, None],
                       first_record: int) -> Generator[Result, None, None]:
         """``results`` with each duplicate replaced by its reject; the first result is raw record ``first_record``."""
-        mode, handler = self.mode, self.ctx.handler
+        mode, handler = self.mode, self.ctx.spec.handler
         with closing(results):
             for record, result in enumerate(results, first_record):
                 if not isinstance(result, Reject) and mode.is_duplicate(handler, result, record):
@@ -276,15 +276,13 @@ class WriteLoop:
 
     def _named(self, reject: Reject) -> Reject:
         """``reject`` naming a remote RAW's objects by their URL, not by their path in this machine's mirror."""
-        config = self.ctx.config
-        if config.raw_url is None:
-            return reject
-        return replace(reject, detail=reject.detail.replace(f"{config.raw}/", f"{config.raw_url}/"))
+        raw = self.ctx.spec.raw
+        return reject if raw.url is None else replace(reject, detail=raw.named(reject.detail))
 
     def _after(self, tag: Tag) -> Tag:
         """The cursor just past the raw record at ``tag`` (a media unit is one raw record)."""
         position, k = tag
-        return (position + 1, 0) if self.ctx.handler.is_media else (position, k + 1)
+        return (position + 1, 0) if self.ctx.spec.handler.is_media else (position, k + 1)
 
     def _written(self, closed: list[ShardInfo], rejects: BinaryIO, index: int, tag: Tag | None) -> None:
         """Checkpoint after shards closed while writing the input at ``tag`` (None: the range's carry).
@@ -323,9 +321,9 @@ class WriteLoop:
 
 def _token_stage(ctx: RunContext) -> TokenStage | None:
     """The token stage of a run that writes token shards (``--tokenizer``), on ``--workers`` threads."""
-    if ctx.tokenizer is None:
+    if ctx.spec.tokenizer is None:
         return None
-    return TokenStage(ctx.tokenizer, threads=ctx.config.workers, min_tokens=ctx.config.tokens.fewest_tokens)
+    return TokenStage(ctx.spec.tokenizer, threads=ctx.workers, min_tokens=ctx.spec.min_tokens)
 
 
 def _row_of(record: CleanRecord | EncodedSample) -> int | None:

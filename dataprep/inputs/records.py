@@ -1,4 +1,5 @@
-"""The inputs as dataprep finds them: ``RawRecord`` (one input) and ``Reject`` (one dropped input, and why).
+"""The inputs as dataprep finds them: ``RawRecord`` (one input), ``Reject`` (one dropped input, and why),
+``FilePart`` (a table or text file, or a part of one) and ``Unit`` (what a plan holds per input).
 
 A *raw record* is one input as found in RAW (an image with its sidecar files, a table
 row, a text line). Cleaning turns it into a *clean record* (the fields of one sample,
@@ -73,6 +74,27 @@ class Reject:
         if self.row is not None:
             doc["row"] = self.row
         return doc
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart:
+    """A table or text file, or the part of one in bytes [start, end) (end None: to its end).
+
+    key: the file's unique key stem (records are ``f"{key}_{row:08d}"``, or ``key`` for a
+    whole text file); first_row: the 1-based line number at ``start``; size: bytes planned.
+    """
+
+    source: str
+    path: str
+    key: str
+    size: int
+    start: int = 0
+    end: int | None = None
+    first_row: int = 1
+
+
+# What a run plan holds per input: a media input or its reject, or a part of a table or text file.
+Unit = RawRecord | Reject | FilePart
 
 
 def reject_line(reject: Reject) -> bytes:

@@ -17,7 +17,7 @@ store. Files written under ``local_path()`` by other means (the plan, the duplic
 handed to ``publish`` too; a task that reads them on another node asks ``fetch`` first.
 
 What stays on ``local_path()`` without this interface: the run's lock, and the checks and
-tidying of ``dataprep.commands.outdir`` (what OUT holds when a run starts; for object storage they run
+tidying of ``dataprep.plan.outdir`` (what OUT holds when a run starts; for object storage they run
 on the staging folder's image of OUT, ``dataprep.commands.object_output``).
 """
 

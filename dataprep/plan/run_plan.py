@@ -37,23 +37,22 @@ import os
 import pickle
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dataprep.clean.options import TextUnit
-from dataprep.clean.tables import TABLE_SUFFIXES, infer_schema, iter_table_rows
-from dataprep.commands.config import ShardConfig
-from dataprep.errors import FormatError, UsageError
+from dataprep.clean.options import TableOptions, TextUnit
+from dataprep.errors import FormatError
 from dataprep.formats.durable import atomic_write_bytes
 from dataprep.inputs.listing import LISTING_NAME, excluded_by, write_listing
-from dataprep.inputs.records import RawRecord, Reject, RejectReason
+from dataprep.inputs.raw_source import RawSource
+from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
 from dataprep.plan.duplicates import find_duplicates, image_size
+from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
 from dataprep.output.store import STATE_DIR
-from dataprep.inputs.sources import (TEXT_EXTENSIONS, KeyAssigner, Layout, LayoutChoice, RawFile, extension,
-                                     media_records, walk_files)
+from dataprep.inputs.sources import Layout, LayoutChoice, media_records
 
 PLAN_VERSION = 1
 PLAN_NAME = "plan.json"
@@ -64,31 +63,8 @@ BYTES_NAME = "bytes.npy"
 RANGES_NAME = "ranges.npy"
 REPLACED_NAME = "replaced.pkl"
 PLAN_FILES = (PLAN_NAME, UNITS_NAME, OFFSETS_NAME, ORDER_NAME, BYTES_NAME, RANGES_NAME, REPLACED_NAME, LISTING_NAME)
-# Line-based files above this many bytes are planned as several parts (a part is never
-# larger than a range either).
-MAX_PART_BYTES = 64 * 2**20
-_SCHEMA_SAMPLE_ROWS = 1000
-_LINE_KINDS = frozenset({"jsonl"})
 
 
-@dataclass(frozen=True, slots=True)
-class FilePart:
-    """A table or text file, or the part of one in bytes [start, end) (end None: to its end).
-
-    key: the file's unique key stem (records are ``f"{key}_{row:08d}"``, or ``key`` for a
-    whole text file); first_row: the 1-based line number at ``start``; size: bytes planned.
-    """
-
-    source: str
-    path: str
-    key: str
-    size: int
-    start: int = 0
-    end: int | None = None
-    first_row: int = 1
-
-
-Unit = RawRecord | Reject | FilePart
 LabelMap = dict[str, int] | None  # class name -> label (image-folder), else None
 
 
@@ -201,29 +177,49 @@ def is_planned(directory: Path) -> bool:
     return (directory / PLAN_NAME).exists()
 
 
-def make_run_plan(config: ShardConfig, choice: LayoutChoice, directory: Path, fingerprint: dict[str, Any]) -> RunPlan:
-    """Build the plan of ``config`` into ``directory`` (see the module docstring) and read it back.
+@dataclass(frozen=True)
+class PlanOptions:
+    """What planning reads of a run's options.
 
-    ``fingerprint``: ``config.fingerprint()``, recorded in ``plan.json``.
+    raw: RAW (``RawSource``: its folder, symlink policy, and OUT when OUT lies inside it);
+    range_bytes: input bytes per range; seed, shuffle: the order of media inputs; text_unit:
+    a text file is one document or one per line; table: ``--schema``, ``--required``,
+    ``--dedup-on``; text_column: for token output, the table column tokenized (None: none).
     """
-    raw, layout = config.raw, choice.layout
-    listing_sha256 = write_listing(raw, directory / LISTING_NAME, follow_symlinks=config.follow_symlinks,
-                                   exclude=config.out)
-    skip = excluded_by(raw, config.out, follow_symlinks=config.follow_symlinks)
+
+    raw: RawSource
+    range_bytes: int
+    seed: int = 0
+    shuffle: bool = True
+    text_unit: TextUnit = TextUnit.FILE
+    table: TableOptions = field(default_factory=TableOptions)
+    text_column: str | None = None
+
+
+def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path,
+                  fingerprint: dict[str, Any]) -> RunPlan:
+    """Build the plan into ``directory`` (see the module docstring) and read it back.
+
+    ``fingerprint``: the options that shape the output, recorded in ``plan.json``.
+    """
+    raw, layout = options.raw, choice.layout
+    listing_sha256 = write_listing(raw.root, directory / LISTING_NAME, follow_symlinks=raw.follow_symlinks,
+                                   exclude=raw.exclude)
+    skip = excluded_by(raw.root, raw.exclude, follow_symlinks=raw.follow_symlinks)
     label_map: dict[str, int] | None = None
     table_schema: dict[str, str] | None = None
     replaced: dict[int, Reject] = {}
     if layout.is_media:
-        offsets, sizes, order, replaced, label_map = _plan_media(config, layout, skip, directory / UNITS_NAME)
+        offsets, sizes, order, replaced, label_map = _plan_media(options, layout, skip, directory / UNITS_NAME)
     else:
-        units = _file_units(config, layout, min(MAX_PART_BYTES, config.range_bytes))
+        units = file_units(raw, layout, options.text_unit, min(MAX_PART_BYTES, options.range_bytes))
         offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
         order = np.arange(len(sizes))
         if layout is Layout.TABLE:
-            table_schema = _table_schema(config, directory / UNITS_NAME, offsets)
+            table_schema = table_schema_of(options.table, options.text_column, directory / UNITS_NAME, offsets)
     order = order.astype(np.int64)
     unit_bytes = np.maximum(sizes[order], 0) if len(sizes) else np.zeros(0, dtype=np.int64)
-    range_starts = split_ranges(unit_bytes, config.range_bytes)
+    range_starts = split_ranges(unit_bytes, options.range_bytes)
     np.save(directory / OFFSETS_NAME, offsets)
     np.save(directory / ORDER_NAME, order)
     np.save(directory / BYTES_NAME, unit_bytes)
@@ -236,17 +232,17 @@ def make_run_plan(config: ShardConfig, choice: LayoutChoice, directory: Path, fi
     return RunPlan(directory)
 
 
-def _plan_media(config: ShardConfig, layout: Layout, skip: Callable[[str], bool] | None,
+def _plan_media(options: PlanOptions, layout: Layout, skip: Callable[[str], bool] | None,
                 units_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, Reject], LabelMap]:
     """Spill the media inputs to ``units_path``: (offsets, sizes, order, duplicates replaced, label map)."""
-    units: Iterable[Unit] = media_records(config.raw, layout, follow_symlinks=config.follow_symlinks)
+    units: Iterable[Unit] = media_records(options.raw.root, layout, follow_symlinks=options.raw.follow_symlinks)
     if skip is not None:  # dataprep's own output, reached through a symlink, is never an input
         units = (u for u in units if not skip(u.source))
     offsets, sizes, labels = _spill(units, units_path, check_label=layout is Layout.IMAGE_FOLDER)
     label_map = {name: i for i, name in enumerate(sorted(labels))} if layout is Layout.IMAGE_FOLDER else None
     replaced = find_duplicates(units_path, offsets, sizes)
     count = len(sizes)
-    order = np.random.default_rng(config.seed).permutation(count) if config.shuffle else np.arange(count)
+    order = np.random.default_rng(options.seed).permutation(count) if options.shuffle else np.arange(count)
     return offsets, sizes, order, replaced, label_map
 
 
@@ -285,116 +281,3 @@ def _spill(units: Iterable[Unit], path: Path, *, check_label: bool) -> tuple[np.
         f.flush()
         os.fsync(f.fileno())
     return np.frombuffer(offsets, dtype=np.int64).copy(), np.frombuffer(sizes, dtype=np.int64).copy(), labels
-
-
-# ----------------------------------------------------------------------------- tables and text
-
-
-def table_kind(name: str) -> str | None:
-    """'csv', 'tsv', 'jsonl' or 'parquet' for a table file name, else None."""
-    suffix = "." + name.rpartition(".")[2].lower() if "." in name.rpartition("/")[2] else ""
-    return TABLE_SUFFIXES.get(suffix)
-
-
-def _input_files(config: ShardConfig) -> Iterator[RawFile | Reject]:
-    raw = config.raw
-    if raw.is_file():
-        st = raw.stat()
-        yield RawFile(raw.name, os.fspath(raw), st.st_size, st.st_mtime_ns)
-        return
-    skip = excluded_by(raw, config.out, follow_symlinks=config.follow_symlinks)
-    for item in walk_files(raw, follow_symlinks=config.follow_symlinks):
-        if skip is None or not skip(item.source if isinstance(item, Reject) else item.rel):
-            yield item
-
-
-def _file_units(config: ShardConfig, layout: Layout, part_bytes: int) -> Iterator[FilePart | Reject]:
-    """The units of a table or text RAW, in sorted file order."""
-    keys = KeyAssigner()
-    single = config.raw.is_file()
-    for item in _input_files(config):
-        if isinstance(item, Reject):
-            yield item
-            continue
-        kind = table_kind(item.rel)
-        if layout is Layout.TABLE:
-            usable, line_based = kind is not None, kind in _LINE_KINDS
-        else:
-            usable = single or extension(item.rel) in TEXT_EXTENSIONS
-            line_based = config.text.unit is TextUnit.LINE
-        if not usable:
-            yield Reject(item.rel, RejectReason.UNSUPPORTED,
-                         f"'{item.rel.rpartition('/')[2]}' is not a file of a {layout} dataset")
-            continue
-        name = item.rel.rpartition("/")[2]
-        stem = item.rel[: len(item.rel) - len(name)] + (name.rpartition(".")[0] if "." in name.lstrip(".") else name)
-        key = keys.assign(stem)
-        if not line_based or item.size <= part_bytes:
-            yield FilePart(item.rel, item.path, key, item.size)
-            continue
-        for start, end, first_row in line_parts(Path(item.path), part_bytes):
-            size = (end if end is not None else item.size) - start
-            yield FilePart(source=item.rel, path=item.path, key=key, size=size, start=start, end=end,
-                           first_row=first_row)
-
-
-def line_parts(path: Path, part_bytes: int) -> list[tuple[int, int | None, int]]:
-    """(start, end, first line number) of parts of about ``part_bytes``, each starting at a line.
-
-    One read of the file in 1 MiB chunks, counting newlines. The last part's end is None.
-    """
-    parts: list[tuple[int, int | None, int]] = []
-    start, first_row, lines, pos, target = 0, 1, 0, 0, part_bytes
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            i = 0
-            while target < pos + len(chunk):
-                j = chunk.find(b"\n", max(target - pos, i))
-                if j < 0:
-                    break
-                lines += chunk.count(b"\n", i, j + 1)
-                parts.append((start, pos + j + 1, first_row))
-                start, first_row, i = pos + j + 1, lines + 1, j + 1
-                target = start + part_bytes
-            lines += chunk.count(b"\n", i)
-            pos += len(chunk)
-    if start < pos or not parts:
-        parts.append((start, None, first_row))
-    else:
-        parts[-1] = (parts[-1][0], None, parts[-1][2])
-    return parts
-
-
-def _table_schema(config: ShardConfig, units_path: Path, offsets: np.ndarray) -> dict[str, str]:
-    """The table schema: ``--schema``, else inferred from the first rows; checks the named columns exist."""
-    schema = config.table.schema
-    if schema is None:
-        schema = infer_schema(_schema_sample(units_path, offsets), max_rows=_SCHEMA_SAMPLE_ROWS)
-        opts = config.table
-        named = [("--dedup-on", opts.dedup_on)] if opts.dedup_on else []
-        named += [("--required", c) for c in opts.required or ()]
-        hint = "check the name, or pass --schema to declare the columns"
-        if config.is_tokenized:  # the text column is the one that matters; --schema does not apply
-            named, hint = [("--text-column", config.tokens.column)], "name the column of the text with --text-column"
-        for option, column in named:
-            if column not in schema:
-                found = ", ".join(schema) or "none"
-                raise UsageError(f"{option} {column!r}: no such column in the first {_SCHEMA_SAMPLE_ROWS} rows of "
-                                 f"the tables (columns found: {found}); {hint}")
-    return schema
-
-
-def _schema_sample(units_path: Path, offsets: np.ndarray) -> Iterator[dict[str, object]]:
-    fd = os.open(units_path, os.O_RDONLY)
-    try:
-        for i in range(len(offsets) - 1):
-            start, end = int(offsets[i]), int(offsets[i + 1])
-            unit = pickle.loads(os.pread(fd, end - start, start))
-            if not isinstance(unit, FilePart):
-                continue
-            for record in iter_table_rows(Path(unit.path), unit.source, key_stem=unit.key, start=unit.start,
-                                          end=unit.end, first_row=unit.first_row):
-                if isinstance(record.value, dict):
-                    yield record.value
-    finally:
-        os.close(fd)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dataprep.errors import FormatError
+from dataprep.formats import FormatError
 from dataprep.formats.manifest import MANIFEST_NAME, Manifest
 from loaders.errors import ShardError
 

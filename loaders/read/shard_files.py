@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from dataprep.errors import FormatError
+from dataprep.formats import FormatError
 from dataprep.formats.manifest import Manifest, ShardInfo, read_manifest
 from dataprep.remote import RemoteError, is_remote_url
 from loaders.cache import CacheConfig, Lease, ShardCache

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dataprep.errors import FormatError
+from dataprep.formats import FormatError
 from dataprep.formats.tar.index import ShardIndex
 from dataprep.formats.manifest import FORMAT_WDS, Manifest, ShardInfo
 from loaders.errors import SampleError, ShardError

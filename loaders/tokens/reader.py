@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dataprep.errors import FormatError
+from dataprep.formats import FormatError
 from dataprep.formats.manifest import FORMAT_TOKENS, Manifest, ShardInfo
 from dataprep.formats.tokens.index import TokenIndex, read_token_index
 from loaders.cache import CacheConfig

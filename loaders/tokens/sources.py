@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from dataprep.errors import FormatError
+from dataprep.formats import FormatError
 from dataprep.formats.manifest import Manifest, read_manifest
 from dataprep.remote import RemoteError
 from dataprep.formats.sizes import format_bytes

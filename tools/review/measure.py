@@ -1,7 +1,9 @@
 """One review of a checkout: every measurement over its packages, the summary table and the JSON results.
 
-The hard rule is ``cycles`` (an import cycle fails the review); the other measurements are
-reported. Per-package columns count findings in that top-level folder.
+The hard rules are ``cycles`` (an import cycle), ``layer_violations`` (an import against a
+package's layer order, ``tools.review.layers``) and ``foreign_reads`` (loaders importing
+dataprep outside its formats and remote client): any of them fails the review. The other
+measurements are reported. Per-package columns count findings in that top-level folder.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.common.report import format_table
-from tools.review import scans
-from tools.review.imports import cycles, import_graph, imports_of_programs
+from tools.review import layers, scans
+from tools.review.imports import Graph, cycles, import_graph, imports_of_programs
 from tools.review.scans import Finding
 from tools.review.source import Module, load_tree
 
@@ -23,6 +25,8 @@ ALL_PACKAGES = (*CODE_PACKAGES, "tests", "examples")  # duplicates, line lengths
 # (key, label, which packages it covers); the order of the table.
 MEASURES = (
     ("cycles", "import cycles (strongly connected groups; hard rule)", CODE_PACKAGES),
+    ("layer_violations", "imports against the package's layer order (hard rule)", ("dataprep", "loaders")),
+    ("foreign_reads", "loaders importing dataprep beyond formats and remote (hard rule)", ("loaders",)),
     ("program_imports", "tools modules importing a program", ("tools",)),
     ("long_modules", f"modules over {scans.MAX_MODULE_LINES} lines", CODE_PACKAGES),
     ("long_functions", f"functions over {scans.MAX_FUNCTION_LINES} lines", CODE_PACKAGES),
@@ -31,11 +35,15 @@ MEASURES = (
      CODE_PACKAGES),
     ("private_reads", "reads of another module's private names", CODE_PACKAGES),
     ("duplicate_helpers", "helper names defined in more than one file", ALL_PACKAGES),
+    ("duplicate_names", "public names defined in two product modules", ("dataprep", "loaders")),
     ("library_prints", "print() in library code", CODE_PACKAGES),
     ("long_lines", f"lines over {scans.MAX_LINE} characters", ALL_PACKAGES),
     ("type_ignores", "# type: ignore", CODE_PACKAGES),
     ("bare_type_ignores", "# type: ignore without a code and a reason", CODE_PACKAGES),
 )
+
+
+HARD_RULES = ("cycles", "layer_violations", "foreign_reads")
 
 
 @dataclass(frozen=True)
@@ -47,8 +55,8 @@ class Review:
 
     @property
     def failed(self) -> bool:
-        """The hard rule: any import cycle."""
-        return bool(self.findings["cycles"])
+        """A hard rule broken: an import cycle, an import against the layers, a read of dataprep's insides."""
+        return any(self.findings[key] for key in HARD_RULES)
 
     def count(self, key: str, package: str | None = None) -> int:
         return sum(1 for f in self.findings[key] if package is None or f.package == package)
@@ -70,8 +78,7 @@ def _exempt_from_prints(root: Path) -> dict[str, list[str]]:
     return dict(doc.get("tool", {}).get("ruff", {}).get("lint", {}).get("per-file-ignores", {}))
 
 
-def _cycle_findings(modules: Sequence[Module]) -> tuple[list[Finding], list[Finding]]:
-    graph = import_graph(modules)
+def _cycle_findings(modules: Sequence[Module], graph: Graph) -> tuple[list[Finding], list[Finding]]:
     by_name = {m.name: m for m in modules}
     groups = []
     for group in cycles(graph):
@@ -86,10 +93,13 @@ def review(root: Path) -> Review:
     """Run every measurement over the checkout at ``root``. Raises ``ToolError`` for a bad root or file."""
     every = load_tree(root, ALL_PACKAGES)
     code = [m for m in every if m.package in CODE_PACKAGES]
-    groups, pairs = _cycle_findings(code)
+    graph = import_graph(code)
+    groups, pairs = _cycle_findings(code, graph)
     ignores, bare = scans.type_ignores(code)
     findings = {
         "cycles": groups,
+        "layer_violations": layers.layer_violations(code, graph),
+        "foreign_reads": layers.foreign_reads(code, graph),
         "program_imports": pairs,
         "long_modules": scans.long_modules(code),
         "long_functions": scans.long_functions(code),
@@ -97,6 +107,7 @@ def review(root: Path) -> Review:
         "positional_records": scans.positional_records(code),
         "private_reads": scans.private_reads(code),
         "duplicate_helpers": scans.duplicate_helpers(every),
+        "duplicate_names": layers.duplicate_names(code),
         "library_prints": scans.library_prints(code, _exempt_from_prints(root)),
         "long_lines": scans.long_lines(every),
         "type_ignores": ignores,
@@ -119,5 +130,6 @@ def format_review(result: Review, *, details: int) -> str:
         lines += [f"  {f.where()}  {f.name}" + (f"  ({f.count})" if f.count != 1 else "") for f in found[:details]]
         if len(found) > details:
             lines.append(f"  ... {len(found) - details} more (--details N)")
-    verdict = "FAILED: import cycles" if result.failed else "ok: no import cycle"
+    broken = [key for key in HARD_RULES if result.findings[key]]
+    verdict = f"FAILED: {', '.join(broken)}" if broken else "ok: no import cycle, no import against the layers"
     return "\n".join([*lines, "", verdict])

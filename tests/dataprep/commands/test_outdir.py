@@ -120,7 +120,7 @@ def test_a_second_run_into_an_out_in_use_is_refused_at_once(tmp_path, capsys):
 
     raw, out = _small_tree(tmp_path / "raw"), tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from dataprep.commands.outdir import OutputLock\n"
+                               "from dataprep.plan.outdir import OutputLock\n"
                                "with OutputLock(Path(sys.argv[1])):\n    print('locked', flush=True)\n"
                                "    time.sleep(60)\n",
                                os.fspath(out)], stdout=subprocess.PIPE, text=True, cwd=REPO)

@@ -12,7 +12,8 @@ import pytest
 from dataprep.plan.checkpoint import Checkpoint, save_checkpoint
 from dataprep.inputs.listing import Entry, changes
 from dataprep.formats.manifest import read_manifest
-from dataprep.plan.run_plan import RunPlan, line_parts, split_ranges
+from dataprep.plan.file_units import line_parts
+from dataprep.plan.run_plan import RunPlan, split_ranges
 from dataprep.output.store import LocalStore
 from tests.dataprep.helpers import numbered_images, shard_cli
 
@@ -114,6 +115,7 @@ def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
     import tracemalloc
 
     from dataprep.commands.config import ShardConfig
+    from dataprep.commands.stage_options import plan_options
     from dataprep.plan.run_plan import make_run_plan
     from dataprep.inputs.sources import Layout, LayoutChoice
 
@@ -124,7 +126,7 @@ def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
     spill.mkdir(exist_ok=True)
     tracemalloc.start()
     config = ShardConfig(raw=raw, out=raw.parent / "out")
-    plan = make_run_plan(config, LayoutChoice(Layout.IMAGE_FOLDER, "test"), spill, config.fingerprint())
+    plan = make_run_plan(plan_options(config), LayoutChoice(Layout.IMAGE_FOLDER, "test"), spill, config.fingerprint())
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(plan) == dirs * per_dir

@@ -91,8 +91,9 @@ def test_a_range_task_on_another_node_stages_only_its_ranges_files(s3_env: str, 
     """A node without the driver's mirror: the files of the task's units are put at the plan's paths, with the
     objects' times (so the node's view of RAW has the listing's digest), and nothing else."""
     from dataprep.commands.config import ShardConfig
-    from dataprep.inputs.raw_source import raw_digest, stage_units
-    from dataprep.plan.run_plan import FilePart
+    from dataprep.commands.stage_options import raw_source
+    from dataprep.inputs.raw_source import stage_units
+    from dataprep.inputs.records import FilePart
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -101,9 +102,9 @@ def test_a_range_task_on_another_node_stages_only_its_ranges_files(s3_env: str, 
     upload(s3_server.endpoint, bucket, "raw", raw)
     config = ShardConfig(raw=f"s3://{bucket}/raw", out=tmp_path / "out", staging=tmp_path / "node")
     unit = FilePart(source="b.jsonl", path=str(config.raw / "b.jsonl"), key="b", size=16)
-    stage_units(config, [unit])
+    stage_units(raw_source(config), [unit])
     assert sorted(p.name for p in config.raw.iterdir()) == ["b.jsonl"]
     assert (config.raw / "b.jsonl").read_bytes() == (raw / "b.jsonl").read_bytes()
-    stage_units(config, [FilePart(source="a.jsonl", path=str(config.raw / "a.jsonl"), key="a", size=16)])
+    stage_units(raw_source(config), [FilePart(source="a.jsonl", path=str(config.raw / "a.jsonl"), key="a", size=16)])
     local = ShardConfig(raw=config.raw, out=tmp_path / "out2")
-    assert raw_digest(local) == raw_digest(config)  # the staged files list as the objects do
+    assert raw_source(local).digest() == raw_source(config).digest()  # the staged files list as the objects do

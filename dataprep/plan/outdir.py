@@ -29,10 +29,10 @@ from typing import Any
 
 from dataprep.plan.checkpoint import (CHECKPOINT_NAME, PARTIAL_REJECTS_NAME, STATE_DIR, Checkpoint, load_checkpoint,
                                       state_dir)
-from dataprep.commands.config import option_differences
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.formats.durable import TMP_SUFFIX, fsync_dir
 from dataprep.formats.manifest import MANIFEST_NAME, REJECTS_NAME, Manifest, read_manifest
+from dataprep.plan.fingerprint import option_differences
 from dataprep.plan.run_plan import PLAN_NAME, RunPlanInfo
 
 LAYOUT_ADOPTED = "adopted"
