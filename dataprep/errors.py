@@ -72,7 +72,7 @@ def type_name(value: object) -> str:
     return type(value).__name__
 
 
-def invalid(name: str, expected: str, value: object, error: type[Exception]) -> Exception:
+def bad_argument(name: str, expected: str, value: object, error: type[Exception]) -> Exception:
     """The exception for argument ``name``: ``'name' must be EXPECTED (got VALUE that is a TYPE)``."""
     return error(f"'{name}' must be {expected} (got {value!r} that is a {type_name(value)})")
 
@@ -88,7 +88,7 @@ def _int_wording(minimum: int, maximum: int | None) -> str:
     return {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
 
 
-def check_int(name: str, value: object, *, minimum: int, maximum: int | None = None, optional: bool = False,
+def require_int(name: str, value: object, *, minimum: int, maximum: int | None = None, optional: bool = False,
               expected: str | None = None, error: type[Exception]) -> None:
     """Raise ``error`` unless ``value`` is an int (not a bool) in ``[minimum, maximum]`` (or None when ``optional``).
 
@@ -100,13 +100,13 @@ def check_int(name: str, value: object, *, minimum: int, maximum: int | None = N
     if is_int(value) and minimum <= value and (maximum is None or value <= maximum):
         return
     wording = expected or _int_wording(minimum, maximum) + (" or None" if optional else "")
-    raise invalid(name, wording, value, error)
+    raise bad_argument(name, wording, value, error)
 
 
-def check_bool(name: str, value: object, *, error: type[Exception]) -> None:
+def require_bool(name: str, value: object, *, error: type[Exception]) -> None:
     """Raise ``error`` unless ``value`` is a bool."""
     if type(value) is not bool:
-        raise invalid(name, "a bool", value, error)
+        raise bad_argument(name, "a bool", value, error)
 
 
 def as_enum(name: str, cls: type[E], value: object, *, error: type[Exception]) -> E:
@@ -117,4 +117,4 @@ def as_enum(name: str, cls: type[E], value: object, *, error: type[Exception]) -
     try:
         return cls(value)
     except ValueError:
-        raise invalid(name, f"one of {choices}", value, error) from None
+        raise bad_argument(name, f"one of {choices}", value, error) from None

@@ -25,15 +25,15 @@ exactly instead): per call, by briefly changing the warning filters, until
 from __future__ import annotations
 
 import io
-import json
 import struct
-import unicodedata
 import warnings
 
 import numpy as np
 from PIL import Image, JpegImagePlugin, UnidentifiedImageError
 
+from dataprep.clean.sidecars import RejectedInput, default_json, dump_json, read_field, read_sidecars
 from dataprep.clean.options import ImageFormat, ImageOptions
+from dataprep.inputs.names import IMAGE_EXTENSIONS
 from dataprep.clean.structure import jpeg_structure_problem, png_structure_problem
 from dataprep.formats.samples import CleanRecord
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
@@ -43,7 +43,6 @@ try:
 except ImportError:  # optional ("fast" extra): fall back to Pillow + a marker check
     simplejpeg = None
 
-IMAGE_FIELDS = frozenset({"bmp", "gif", "jpeg", "jpg", "png", "tif", "tiff", "webp"})
 _PIL_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")  # never EPS & co. (Ghostscript)
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: camera JPEG with extra frames after the first EOI
 # What Pillow's plugins raise on malformed input (see its fuzzing tests); MemoryError is not caught.
@@ -78,15 +77,6 @@ def prepare_threads() -> None:
     _bomb_warnings_ignored = True
 
 
-class _Rejected(Exception):
-    """Internal: carries a reject reason out of nested helpers; never escapes this module."""
-
-    def __init__(self, reason: RejectReason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
 def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> CleanRecord | Reject:
     """Turn an image record into a sample, or say why not.
 
@@ -99,28 +89,28 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
     try:
         image_field = _image_field(raw)
         others = {f: p for f, p in raw.files.items() if f != image_field}
-        sidecars, user_json = _read_sidecars(others)
-        data = _read(raw.files[image_field], image_field)
+        sidecars, user_json = read_sidecars(others)
+        data = read_field(raw.files[image_field], image_field)
         if not data:
-            raise _Rejected(RejectReason.EMPTY_FILE, f"{image_field} file {raw.files[image_field]} has 0 bytes")
+            raise RejectedInput(RejectReason.EMPTY_FILE, f"{image_field} file {raw.files[image_field]} has 0 bytes")
         out_field, encoded, (width, height) = _clean_pixels(data, opts)
         fields: dict[str, object] = {out_field: encoded}
         if label_index is not None:
             fields["cls"] = str(label_index).encode("ascii")
-        generated = _default_json(raw, width, height)
+        generated = default_json(raw, width, height)
         if user_json is None:
             doc = generated
         else:  # the user's object, but what dataprep knows about the sample is never contradicted
             doc = dict(user_json)
             doc.update({key: value for key, value in generated.items() if key in doc})
         doc["__source__"] = raw.source
-        fields["json"] = _dump_json(doc)
+        fields["json"] = dump_json(doc)
         for name, value in sidecars.items():
             if name in fields:
-                raise _Rejected(RejectReason.BAD_METADATA,
+                raise RejectedInput(RejectReason.BAD_METADATA,
                                 f"sidecar field {name!r} collides with the generated {name!r} field")
             fields[name] = value
-    except _Rejected as rejected:
+    except RejectedInput as rejected:
         return Reject(raw.source, rejected.reason, rejected.detail, raw.row)
     return CleanRecord(raw.key, raw.source, fields)
 
@@ -128,76 +118,11 @@ def clean_image(raw: RawRecord, opts: ImageOptions, label_index: int | None) -> 
 def _image_field(raw: RawRecord) -> str:
     # The first image field in sorted order, as dataprep.plan.duplicates' search picks it;
     # any other image field passes through as a sidecar.
-    images = sorted(f for f in raw.files if f in IMAGE_FIELDS)
+    images = sorted(f for f in raw.files if f in IMAGE_EXTENSIONS)
     if not images:
         fields = ", ".join(sorted(raw.files)) or "none"
-        raise _Rejected(RejectReason.NO_MEDIA, f"no image among the fields ({fields})")
+        raise RejectedInput(RejectReason.NO_MEDIA, f"no image among the fields ({fields})")
     return images[0]
-
-
-def _read(path: str, field: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as err:
-        raise _Rejected(RejectReason.UNREADABLE, f"cannot read {field} file {path}: {err.strerror or err}") from None
-
-
-def _read_sidecars(files: dict[str, str]) -> tuple[dict[str, bytes], dict[str, object] | None]:
-    """Sidecar fields -> bytes ("txt" NFC-normalised, "json" consumed), and the parsed user JSON object."""
-    out: dict[str, bytes] = {}
-    user_json: dict[str, object] | None = None
-    for field in sorted(files):
-        data = _read(files[field], field)
-        if field == "txt":
-            out[field] = unicodedata.normalize("NFC", _utf8(data, field, files[field])).encode("utf-8")
-        elif field == "json":
-            user_json = _parse_json_object(data, files[field])
-        else:
-            out[field] = data
-    return out, user_json
-
-
-def _utf8(data: bytes, field: str, path: str) -> str:
-    try:
-        return data.decode("utf-8-sig")  # a leading BOM is not part of the text
-    except UnicodeDecodeError as err:
-        detail = f"{field} sidecar {path} is not UTF-8: {err.reason} at byte {err.start}"
-        raise _Rejected(RejectReason.BAD_METADATA, detail) from None
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _parse_json_object(data: bytes, path: str) -> dict[str, object]:
-    text = _utf8(data, "json", path)
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as err:  # JSONDecodeError is a ValueError
-        raise _Rejected(RejectReason.BAD_METADATA, f"json sidecar {path} does not parse: {err}") from None
-    if not isinstance(doc, dict):
-        raise _Rejected(RejectReason.BAD_METADATA,
-                        f"json sidecar {path} holds a JSON {type(doc).__name__}, not an object")
-    return doc
-
-
-def _default_json(raw: RawRecord, width: int, height: int) -> dict[str, object]:
-    doc: dict[str, object] = {"width": width, "height": height}
-    if raw.label is not None:
-        doc["label"] = raw.label
-    return doc
-
-
-def _dump_json(doc: dict[str, object]) -> bytes:
-    text = json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Lone surrogates (undecodable file names kept with surrogateescape, or "\udcxx"
-        # escapes in a user's JSON) have no UTF-8 form: escape them, still valid JSON.
-        return json.dumps(doc, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
-                          allow_nan=False).encode("ascii")
 
 
 # ----------------------------------------------------------------------------- pixels
@@ -208,12 +133,12 @@ def _clean_pixels(data: bytes, opts: ImageOptions) -> tuple[str, bytes, tuple[in
     img = _open(data)
     width, height = img.size
     if width * height > opts.max_pixels:
-        raise _Rejected(RejectReason.TOO_LARGE,
+        raise RejectedInput(RejectReason.TOO_LARGE,
                         f"{width}x{height} = {width * height:,} pixels > max_pixels {opts.max_pixels:,}")
     orientation = _orientation(img)
     upright = (height, width) if orientation >= 5 else (width, height)
     if min(upright) < opts.min_side:
-        raise _Rejected(
+        raise RejectedInput(
             RejectReason.TOO_SMALL,
             f"shorter side {min(upright)} px < min_side {opts.min_side} "
             f"({upright[0]}x{upright[1]} after EXIF orientation)",
@@ -265,7 +190,7 @@ def _open_image(data: bytes) -> Image.Image:
     try:
         return Image.open(io.BytesIO(data), formats=_PIL_FORMATS)
     except Image.DecompressionBombError as err:
-        raise _Rejected(RejectReason.TOO_LARGE, f"Pillow refuses to open it: {err}") from None
+        raise RejectedInput(RejectReason.TOO_LARGE, f"Pillow refuses to open it: {err}") from None
     except UnidentifiedImageError:
         raise _unidentified(data) from None
     except _DECODE_ERRORS as err:
@@ -279,27 +204,27 @@ def _sniff(data: bytes) -> str | None:
     return next((fmt for magic, fmt in _MAGIC if data.startswith(magic)), None)
 
 
-def _unidentified(data: bytes) -> _Rejected:
+def _unidentified(data: bytes) -> RejectedInput:
     fmt = _sniff(data)
     if fmt is None:
-        return _Rejected(RejectReason.NOT_AN_IMAGE, f"no image format recognised (first bytes {data[:8].hex(' ')})")
+        return RejectedInput(RejectReason.NOT_AN_IMAGE, f"no image format recognised (first bytes {data[:8].hex(' ')})")
     return _decode_failure(data, None, fmt)
 
 
-def _decode_failure(data: bytes, err: BaseException | None, fmt: str | None) -> _Rejected:
+def _decode_failure(data: bytes, err: BaseException | None, fmt: str | None) -> RejectedInput:
     """TRUNCATED or CORRUPT, from the decoder's complaint and the file's own structure."""
     said = f"{type(err).__name__}: {err}" if err is not None else f"Pillow cannot read the {fmt} header"
     if "truncated" in said.lower():
-        return _Rejected(RejectReason.TRUNCATED, f"{fmt or 'image'} data ends early ({said})")
+        return RejectedInput(RejectReason.TRUNCATED, f"{fmt or 'image'} data ends early ({said})")
     if fmt == "JPEG" and (problem := jpeg_structure_problem(data)) is not None:
-        return _Rejected(problem[0], f"{problem[1]} ({said})")
+        return RejectedInput(problem[0], f"{problem[1]} ({said})")
     if fmt == "PNG" and (problem := png_structure_problem(data)) is not None:
-        return _Rejected(problem[0], f"{problem[1]} ({said})")
+        return RejectedInput(problem[0], f"{problem[1]} ({said})")
     if fmt == "WEBP" and len(data) >= 8 and int.from_bytes(data[4:8], "little") + 8 > len(data):
         riff_end = int.from_bytes(data[4:8], "little") + 8
-        return _Rejected(RejectReason.TRUNCATED,
+        return RejectedInput(RejectReason.TRUNCATED,
                          f"WEBP data ends at byte {len(data)}, its RIFF header says {riff_end} ({said})")
-    return _Rejected(RejectReason.CORRUPT, f"{fmt or 'image'} data does not decode ({said})")
+    return RejectedInput(RejectReason.CORRUPT, f"{fmt or 'image'} data does not decode ({said})")
 
 
 def _orientation(img: Image.Image) -> int:
@@ -316,7 +241,7 @@ def _decode(data: bytes, img: Image.Image, stored: tuple[int, int]) -> Image.Ima
     if img.format in _JPEG_FORMATS:
         return _decode_jpeg(data, img, stored)
     if img.format == "PNG" and (problem := png_structure_problem(data)) is not None:
-        raise _Rejected(*problem)  # Pillow checks neither the CRC of pixel data nor that IEND comes
+        raise RejectedInput(*problem)  # Pillow checks neither the CRC of pixel data nor that IEND comes
     return _load(img, data)
 
 
@@ -354,7 +279,7 @@ def _check_jpeg(data: bytes, img: Image.Image) -> None:
         _strict_decode(data, "CMYK" if img.mode == "CMYK" else "GRAY", None)
         return
     if (problem := jpeg_structure_problem(data)) is not None:
-        raise _Rejected(*problem)
+        raise RejectedInput(*problem)
     _load(img, data)
 
 
@@ -366,7 +291,7 @@ def _decode_jpeg(data: bytes, img: Image.Image, stored: tuple[int, int]) -> Imag
         # CMYK/YCCK: validate strictly, decode with Pillow, which knows Adobe's inverted CMYK.
         _strict_decode(data, "CMYK", None)
     elif (problem := jpeg_structure_problem(data)) is not None:
-        raise _Rejected(*problem)
+        raise RejectedInput(*problem)
     img.draft(img.mode, stored)
     return _load(img, data)
 
@@ -391,7 +316,7 @@ def _to_rgb(img: Image.Image, background: tuple[int, int, int]) -> Image.Image:
     try:
         return img.convert("RGB")
     except ValueError as err:
-        raise _Rejected(RejectReason.CORRUPT, f"pixel mode {mode} cannot be converted to RGB ({err})") from None
+        raise RejectedInput(RejectReason.CORRUPT, f"pixel mode {mode} cannot be converted to RGB ({err})") from None
 
 
 def _encode(img: Image.Image, opts: ImageOptions, icc: bytes | None, subsampling: int) -> tuple[str, bytes]:

@@ -6,13 +6,14 @@ import enum
 from dataclasses import dataclass
 
 from dataprep.errors import UsageError
-from dataprep.errors import as_enum, check_int, invalid, is_int
+from dataprep.inputs.tables import RESERVED_COLUMNS
+from dataprep.inputs.text import TextUnit
+from dataprep.errors import as_enum, require_int, bad_argument, is_int
 
 # Pillow's default decompression-bomb threshold (``PIL.Image.MAX_IMAGE_PIXELS``).
 DEFAULT_MAX_PIXELS = 89_478_485
 TABLE_TYPES = frozenset({"int64", "double", "string", "bool"})
 NORMAL_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
-RESERVED_COLUMNS = frozenset({"__key__", "__source__", "__row__"})
 
 
 class ImageFormat(enum.StrEnum):
@@ -20,13 +21,6 @@ class ImageFormat(enum.StrEnum):
 
     JPEG = "jpg"
     PNG = "png"
-
-
-class TextUnit(enum.StrEnum):
-    """One text sample per file or per line."""
-
-    FILE = "file"
-    LINE = "line"
 
 
 @dataclass(frozen=True)
@@ -52,15 +46,15 @@ class ImageOptions:
     background: tuple[int, int, int] = (255, 255, 255)
 
     def __post_init__(self) -> None:
-        check_int("min_side", self.min_side, minimum=0, error=UsageError)
-        check_int("max_pixels", self.max_pixels, minimum=1, error=UsageError)
-        check_int("resize_short", self.resize_short, minimum=1, optional=True, error=UsageError)
-        check_int("max_side", self.max_side, minimum=1, optional=True, error=UsageError)
+        require_int("min_side", self.min_side, minimum=0, error=UsageError)
+        require_int("max_pixels", self.max_pixels, minimum=1, error=UsageError)
+        require_int("resize_short", self.resize_short, minimum=1, optional=True, error=UsageError)
+        require_int("max_side", self.max_side, minimum=1, optional=True, error=UsageError)
         if self.resize_short is not None and self.max_side is not None:
             raise UsageError(
                 f"'resize_short' and 'max_side' are mutually exclusive (got {self.resize_short} and {self.max_side})"
             )
-        check_int("quality", self.quality, minimum=1, maximum=100, error=UsageError)
+        require_int("quality", self.quality, minimum=1, maximum=100, error=UsageError)
         object.__setattr__(self, "reencode_format",
                            as_enum("reencode_format", ImageFormat, self.reencode_format, error=UsageError))
         background = self.background
@@ -69,7 +63,7 @@ class ImageOptions:
             or len(background) != 3
             or not all(is_int(c) and 0 <= c <= 255 for c in background)
         ):
-            raise invalid("background", "three ints within 0..255 (R, G, B)", background, UsageError)
+            raise bad_argument("background", "three ints within 0..255 (R, G, B)", background, UsageError)
         object.__setattr__(self, "background", tuple(background))
 
 
@@ -89,20 +83,20 @@ class TableOptions:
     def __post_init__(self) -> None:
         if self.schema is not None:
             if not isinstance(self.schema, dict) or not self.schema:
-                raise invalid("schema", "a non-empty dict of column -> type name or None", self.schema, UsageError)
+                raise bad_argument("schema", "a non-empty dict of column -> type name or None", self.schema, UsageError)
             for column, type_name in self.schema.items():
                 if not isinstance(column, str) or not column or column in RESERVED_COLUMNS:
                     expected = f"keyed by column names neither empty nor reserved {sorted(RESERVED_COLUMNS)}"
-                    raise invalid("schema", expected, column, UsageError)
+                    raise bad_argument("schema", expected, column, UsageError)
                 if type_name not in TABLE_TYPES:
-                    raise invalid(f"schema[{column!r}]", f"one of {sorted(TABLE_TYPES)}", type_name, UsageError)
+                    raise bad_argument(f"schema[{column!r}]", f"one of {sorted(TABLE_TYPES)}", type_name, UsageError)
             object.__setattr__(self, "schema", dict(self.schema))  # no aliasing of the caller's dict
         if self.required is not None:
             if isinstance(self.required, str) or not all(isinstance(c, str) and c for c in self.required):
-                raise invalid("required", "a tuple of column names or None", self.required, UsageError)
+                raise bad_argument("required", "a tuple of column names or None", self.required, UsageError)
             object.__setattr__(self, "required", tuple(self.required))
         if self.dedup_on is not None and (not isinstance(self.dedup_on, str) or not self.dedup_on):
-            raise invalid("dedup_on", "a column name or None", self.dedup_on, UsageError)
+            raise bad_argument("dedup_on", "a column name or None", self.dedup_on, UsageError)
         if self.schema is not None:
             for name in (*(self.required or ()), *([self.dedup_on] if self.dedup_on else [])):
                 if name not in self.schema:
@@ -123,4 +117,4 @@ class TextOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "unit", as_enum("unit", TextUnit, self.unit, error=UsageError))
         if self.normalize not in NORMAL_FORMS:
-            raise invalid("normalize", f"one of {sorted(NORMAL_FORMS)}", self.normalize, UsageError)
+            raise bad_argument("normalize", f"one of {sorted(NORMAL_FORMS)}", self.normalize, UsageError)

@@ -10,16 +10,13 @@ from typing import Any
 
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
-from dataprep.remote.errors import RemoteConfigError
-from dataprep.remote.url import parse_url
+from dataprep.formats.parquet.writer import DEFAULT_ROW_GROUP_BYTES
+from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
 from dataprep.inputs.sources import Layout
 from dataprep.output.staging import run_staging
 from dataprep.tokenize.tokenizer import BYTES_SPEC, Tokenizer
-from dataprep.errors import as_enum, check_int, invalid
+from dataprep.errors import as_enum, require_int, bad_argument
 
-# One unit for sizes everywhere: MiB (the CLI's defaults, the writers' and the README's).
-DEFAULT_SHARD_BYTES = 256 * 2**20
-DEFAULT_ROW_GROUP_BYTES = 64 * 2**20
 # A range (the unit of work of a multi-node run) holds about this much input.
 DEFAULT_RANGE_BYTES = 4 * 2**30
 
@@ -47,7 +44,7 @@ class Engine(enum.StrEnum):
     RAY = "ray"
 
 
-def default_workers() -> int:
+def usable_cpus() -> int:
     """All CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
@@ -76,7 +73,7 @@ class TokenOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise UsageError(f"--{name.replace('_', '-')} must be a non-empty string (got {value!r})")
-        check_int("min_tokens", self.min_tokens, minimum=0, optional=True, error=UsageError)
+        require_int("min_tokens", self.min_tokens, minimum=0, optional=True, error=UsageError)
         if self.tokenizer is None:
             given = [flag for flag, value in (("--eos", self.eos), ("--min-tokens", self.min_tokens),
                                               ("--text-column", self.text_column)) if value is not None]
@@ -126,7 +123,7 @@ class ShardConfig:
     out: Path
     layout: Layout | None = None  # None = detect
     output_format: OutputFormat = OutputFormat.AUTO
-    max_shard_bytes: int | None = DEFAULT_SHARD_BYTES
+    max_shard_bytes: int | None = DEFAULT_MAX_SHARD_BYTES
     max_samples_per_shard: int | None = None
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     prefix: str = "shard"
@@ -136,7 +133,7 @@ class ShardConfig:
     table: TableOptions = field(default_factory=TableOptions)
     text: TextOptions = field(default_factory=TextOptions)
     tokens: TokenOptions = field(default_factory=TokenOptions)
-    workers: int = field(default_factory=default_workers)
+    workers: int = field(default_factory=usable_cpus)
     follow_symlinks: bool = False
     overwrite: bool = False
     max_reject_fraction: float | None = None
@@ -157,15 +154,17 @@ class ShardConfig:
         self._place("raw", "raw_url", self.out_url or os.fsdecode(self.out.resolve()))
         if isinstance(self.remote_timeout_s, bool) or not isinstance(self.remote_timeout_s, (int, float)) \
                 or not 0 < self.remote_timeout_s <= 3600:
-            raise invalid("remote_timeout_s", "a number of seconds in (0, 3600]", self.remote_timeout_s, UsageError)
+            raise bad_argument("remote_timeout_s", "a number of seconds in (0, 3600]", self.remote_timeout_s,
+                               UsageError)
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
             raise UsageError("give --shard-size and/or --samples-per-shard")
         for name in ("max_shard_bytes", "max_samples_per_shard"):
-            check_int(name, getattr(self, name), minimum=1, optional=True, expected="a positive int", error=UsageError)
+            require_int(name, getattr(self, name), minimum=1, optional=True, expected="a positive int",
+                        error=UsageError)
         for name in ("row_group_bytes", "workers", "range_bytes"):
-            check_int(name, getattr(self, name), minimum=1, error=UsageError)
+            require_int(name, getattr(self, name), minimum=1, error=UsageError)
         if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
-            raise invalid("prefix", "a plain file-name prefix", self.prefix, UsageError)
+            raise bad_argument("prefix", "a plain file-name prefix", self.prefix, UsageError)
         object.__setattr__(self, "engine", as_enum("engine", Engine, self.engine, error=UsageError))
         if self.address is not None and self.engine is not Engine.RAY:
             raise UsageError(f"--address {self.address!r} is the address of a Ray cluster; it needs --engine ray")
@@ -177,6 +176,9 @@ class ShardConfig:
         """``name`` as a local Path; a store URL kept in ``url_name`` and replaced by its staging folder."""
         value = getattr(self, name)
         if isinstance(value, str) and "://" in value and getattr(self, url_name) is None:
+            from dataprep.remote.errors import RemoteConfigError  # the client only for a URL: local runs skip it
+            from dataprep.remote.url import parse_url
+
             try:
                 url = parse_url(value)
             except RemoteConfigError as err:

@@ -13,12 +13,11 @@ from pathlib import Path
 from dataprep.plan.checkpoint import state_dir
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.formats.tar.index import index_path_for, index_tar, write_index
-from dataprep.formats.manifest import (FORMAT_WDS, MANIFEST_NAME, Manifest, ShardInfo, Totals, read_manifest,
-                                       sha256_file, write_manifest)
+from dataprep.formats.manifest import (FORMAT_WDS, LAYOUT_ADOPTED, MANIFEST_NAME, Manifest, ShardInfo, Totals,
+                                       read_manifest, sha256_file, write_manifest)
 
 log = logging.getLogger(__name__)
 
-LAYOUT_ADOPTED = "adopted"
 
 
 def adopt(shard_dir: Path, *, pattern: str = "*.tar", command: tuple[str, ...] = ()) -> Manifest:

@@ -12,7 +12,7 @@ import numpy as np
 
 from dataprep.formats.tar.index import read_index
 from dataprep.formats.manifest import FORMAT_PARQUET, FORMAT_TOKENS, Manifest
-from dataprep.output.shard_files import ShardFiles, open_shard_files
+from dataprep.output.out_files import OutFiles, open_out_files
 from dataprep.formats.tokens.index import read_token_index
 
 
@@ -81,7 +81,7 @@ class DatasetInfo:
 
 def dataset_info(out: str | os.PathLike[str]) -> DatasetInfo:
     """What OUT holds (a folder, or a store URL: each file it reads fetched one at a time, ``shard_files``)."""
-    with open_shard_files(out) as files:
+    with open_out_files(out) as files:
         manifest = files.manifest()
         if manifest.format == FORMAT_TOKENS:
             return DatasetInfo(manifest, {}, {}, token_counts(files, manifest))
@@ -127,7 +127,7 @@ def _parquet_counts(path: Path, names: dict[int, str], labels: Counter[str], fie
                 labels[names.get(value, str(value))] += 1
 
 
-def token_counts(files: ShardFiles, manifest: Manifest) -> TokenCounts:
+def token_counts(files: OutFiles, manifest: Manifest) -> TokenCounts:
     """Documents and tokens of every token shard, from their ``.idx`` (memory: one count per distinct length)."""
     lengths: Counter[int] = Counter()
     for shard in manifest.shards:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from dataprep.commands.object_output import ObjectOutput
 from dataprep.plan.outdir import OutputLock, OutputState, check_paths, check_raw, finish, open_output
 from dataprep.inputs.raw_source import RawSource
 from dataprep.output.store import LocalStore, OutputStore
@@ -67,4 +66,6 @@ def make_output(out: OutTarget, raw: RawSource) -> RunOutput:
         return LocalOutput(out, raw)
     if raw.url is None:
         check_raw(raw.root)
+    from dataprep.commands.object_output import ObjectOutput  # the store's client: loaded for a remote OUT only
+
     return ObjectOutput(out)

@@ -1,6 +1,6 @@
 """Check a shard directory (or a dataset in object storage) against its manifest: hashes, sizes, sidecars, counts.
 
-A store URL (``s3://bucket/prefix``) is read through ``dataprep.output.shard_files``: each shard
+A store URL (``s3://bucket/prefix``) is read through ``dataprep.output.out_files``: each shard
 streamed through sha256 into a temporary file, checked, and removed before the next.
 
 Token shards (``.bin`` + ``.idx``): both files re-hashed, and the ``.idx`` read
@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from dataprep.errors import FormatError
 from dataprep.formats.tar.index import ShardIndex, index_tar, read_index
 from dataprep.formats.manifest import FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, Manifest, ShardInfo
-from dataprep.output.shard_files import ShardFiles, open_shard_files
+from dataprep.output.out_files import OutFiles, open_out_files
 from dataprep.formats.tokens.index import TokenIndex
 from dataprep.formats.tokens.index import read_token_index
 
@@ -55,14 +55,14 @@ class VerifyReport:
 
 def verify(out_dir: str | os.PathLike[str], *, check_index: bool = True,
            on_shard: ShardCallback | None = None) -> VerifyReport:
-    """Verify every shard listed in ``OUT/manifest.json`` (a folder or a store URL: ``output.shard_files``).
+    """Verify every shard listed in ``OUT/manifest.json`` (a folder or a store URL: ``output.out_files``).
 
     Re-hashes each shard (sha256 and size against the manifest), and with ``check_index``
     re-indexes each tar shard and compares it with its sidecar; for Parquet shards compares
     the row count in the file footer. Checks the totals invariants and the rejects file.
     ``on_shard(name, nbytes)`` is called after each shard that exists, for progress.
     """
-    with open_shard_files(out_dir) as files:
+    with open_out_files(out_dir) as files:
         manifest = files.manifest()
         problems: list[str] = []
         checked = samples = total_bytes = 0
@@ -88,7 +88,7 @@ def verify(out_dir: str | os.PathLike[str], *, check_index: bool = True,
     return VerifyReport(checked, samples, total_bytes, tuple(problems))
 
 
-def _stray_shards(files: ShardFiles, manifest: Manifest) -> list[str]:
+def _stray_shards(files: OutFiles, manifest: Manifest) -> list[str]:
     """Shard-like files in OUT that the manifest does not name (a reader globbing the folder would take them)."""
     named = {s.name for s in manifest.shards} | {s.index for s in manifest.shards if s.index}
     pattern = manifest.options.get("pattern") if manifest.layout == "adopted" else None
@@ -119,7 +119,7 @@ def _check_bytes(digest: str, info: ShardInfo, size: int) -> list[str]:
     return problems
 
 
-def _check_contents(files: ShardFiles, path: Path, info: ShardInfo, fmt: str, check_index: bool) -> list[str]:
+def _check_contents(files: OutFiles, path: Path, info: ShardInfo, fmt: str, check_index: bool) -> list[str]:
     # A Parquet footer is cheap to read, so its row count is checked even without check_index.
     if fmt == FORMAT_PARQUET:
         return _check_parquet(path, info)
@@ -149,7 +149,7 @@ def _check_contents(files: ShardFiles, path: Path, info: ShardInfo, fmt: str, ch
     return problems
 
 
-def _check_tokens(files: ShardFiles, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
+def _check_tokens(files: OutFiles, info: ShardInfo, bin_bytes: int, dtype: object) -> list[str]:
     """A token shard's ``.idx``: its sha256, then its contents against the manifest and the ``.bin``."""
     if info.index is None or not _is_plain(info.index):
         return [f"{info.name}: token index name {info.index!r} is not a plain file name"]
@@ -242,7 +242,7 @@ def _first_mismatch(recorded: ShardIndex, actual: ShardIndex) -> int | None:
     return None
 
 
-def check_totals(manifest: Manifest, files: ShardFiles) -> list[str]:
+def check_totals(manifest: Manifest, files: OutFiles) -> list[str]:
     """Problems with the manifest's accounting and, when present, the rejects file's line count."""
     t = manifest.totals
     problems = []

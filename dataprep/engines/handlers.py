@@ -29,8 +29,10 @@ import pyarrow as pa
 
 from dataprep.clean.images import clean_image
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
-from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest, iter_table_rows
-from dataprep.clean.text import clean_table_text, clean_text, iter_text_records, text_digest
+from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest
+from dataprep.clean.text import clean_table_text, clean_text, text_digest
+from dataprep.inputs.tables import iter_table_rows
+from dataprep.inputs.text import iter_text_records
 from dataprep.formats.manifest import FORMAT_TOKENS, FORMAT_WDS
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.inputs.records import RawRecord, Reject, RejectReason

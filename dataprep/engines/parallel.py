@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from dataprep.errors import WorkerCrashError
-from dataprep.errors import check_int
+from dataprep.errors import require_int
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -232,7 +232,7 @@ class InFlight:
     """
 
     def __init__(self, slots: int) -> None:
-        check_int("slots", slots, minimum=1, error=ValueError)
+        require_int("slots", slots, minimum=1, error=ValueError)
         self._map = mmap.mmap(-1, 8 * slots)
         self._slots = np.frombuffer(self._map, dtype=np.int64)
         self._slots[:] = -1

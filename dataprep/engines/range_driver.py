@@ -81,7 +81,7 @@ def _task(ctx: RunContext, index: int) -> RangeTask:
     return RangeTask(spec=ctx.spec, store=ctx.store, index=index)
 
 
-def publish(store: OutputStore, attempt: str, names: Iterable[str], last: str | None = None) -> None:
+def publish_folder(store: OutputStore, attempt: str, names: Iterable[str], last: str | None = None) -> None:
     """Rename the files of folder ``attempt`` to their final ``names`` (relative to OUT), durably.
 
     In the folder each file has the last component of its final name; ``last`` is renamed
@@ -101,7 +101,7 @@ def publish_attempt(store: OutputStore, result: RangeResult) -> None:
     resume removes before the range runs again.
     """
     names = [name for shard in result.shards for name in (shard.name, shard.index) if name]
-    publish(store, result.attempt, [*names, rejects_name(result.index)])
+    publish_folder(store, result.attempt, [*names, rejects_name(result.index)])
 
 
 def remove_attempts(store: OutputStore) -> None:
@@ -148,14 +148,14 @@ def _find_duplicates(ctx: RunContext, executor: TaskExecutor) -> None:
                if not all(store.exists(digests_name(r, p)) for p in range(DIGEST_PARTITIONS))]
     records = 0
     for result in executor.map_unordered(range_digests, missing):
-        publish(store, result.attempt, result.names, result.last)
+        publish_folder(store, result.attempt, result.names, result.last)
         records += result.count
     log.info("digests of %d ranges written (%d records); grouping them in plan order", len(missing), records)
     groups = [GroupTask(store, p, num_ranges) for p in range(DIGEST_PARTITIONS)
               if not store.exists(grouped_name(p))]
     found = 0
     for result in executor.map_unordered(group_partition, groups):
-        publish(store, result.attempt, result.names, result.last)
+        publish_folder(store, result.attempt, result.names, result.last)
         found += result.count
     log.info("%d duplicates found in %d partitions", found, len(groups))
     store.write_bytes(DUPS_DONE, b"1\n")

@@ -60,6 +60,8 @@ READABLE_VERSIONS = (1, 2, 3)
 FORMAT_WDS = "wds"
 FORMAT_PARQUET = "parquet"
 FORMAT_TOKENS = "tokens"
+# The layout of a manifest written by ``dataprep index`` for tar shards made by other tools.
+LAYOUT_ADOPTED = "adopted"
 
 _HASH_CHUNK = 1 << 20
 

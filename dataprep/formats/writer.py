@@ -23,7 +23,7 @@ from dataprep.errors import UsageError
 from dataprep.formats.durable import start_writeback, tmp_path_for
 from dataprep.formats.manifest import ShardInfo
 from dataprep.formats.samples import CleanRecord, EncodedSample
-from dataprep.errors import check_int, invalid
+from dataprep.errors import require_int, bad_argument
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class ShardLimits:
     max_samples_per_shard: int | None = None
 
     def __post_init__(self) -> None:
-        check_int("max_shard_bytes", self.max_shard_bytes, minimum=1, optional=True, error=ValueError)
-        check_int("max_samples_per_shard", self.max_samples_per_shard, minimum=1, optional=True, error=ValueError)
+        require_int("max_shard_bytes", self.max_shard_bytes, minimum=1, optional=True, error=ValueError)
+        require_int("max_samples_per_shard", self.max_samples_per_shard, minimum=1, optional=True, error=ValueError)
         if self.max_shard_bytes is None and self.max_samples_per_shard is None:
             raise ValueError("at least one of 'max_shard_bytes' and 'max_samples_per_shard' must be set (got None for "
                              "both)")
@@ -103,8 +103,8 @@ class ShardNaming:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
-            raise invalid("prefix", "a non-empty str without '/' or a leading '.'", self.prefix, ValueError)
-        check_int("start_shard", self.start_shard, minimum=0, error=ValueError)
+            raise bad_argument("prefix", "a non-empty str without '/' or a leading '.'", self.prefix, ValueError)
+        require_int("start_shard", self.start_shard, minimum=0, error=ValueError)
         if not Path(self.out_dir).is_dir():
             raise UsageError(f"{self.out_dir}: output directory does not exist or is not a directory (create it first)")
 

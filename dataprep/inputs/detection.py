@@ -26,39 +26,17 @@ anything else is refused (an image, a ``.log``: pass ``--layout text`` to read i
 from __future__ import annotations
 
 import enum
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataprep.errors import UsageError
 from dataprep.inputs.records import Reject
+from dataprep.inputs.names import (DOC_STEMS, IMAGE_EXTENSIONS, TABLE_EXTENSIONS, TEXT_EXTENSIONS, extension,
+                                   field_problem, first_dot_stem, is_hidden, last_dot_stem, printable)
 from dataprep.inputs.walk import FileGroup, group_files, walk_files
 
-__all__ = [
-    "DOC_STEMS",
-    "IMAGE_EXTENSIONS",
-    "Layout",
-    "LayoutChoice",
-    "TABLE_EXTENSIONS",
-    "TEXT_EXTENSIONS",
-    "choose_layout",
-    "extension",
-    "field_problem",
-    "first_dot_stem",
-    "is_hidden",
-    "last_dot_stem",
-    "printable",
-    "sample_stem",
-]
 
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif"})
-TABLE_EXTENSIONS = frozenset({"csv", "tsv", "jsonl", "ndjson", "parquet"})  # dataprep.clean.tables reads each
-TEXT_EXTENSIONS = frozenset({"txt", "text", "md"})
-# Names (up to the first dot, lower case) of files that document a dataset rather than hold
-# it, or that file managers leave behind (Thumbs.db, desktop.ini): never data in detection.
-DOC_STEMS = frozenset({"readme", "license", "licence", "copying", "notice", "changelog", "authors", "citation",
-                       "contributing", "thumbs", "desktop"})
 _SHOWN = 3  # stray file names quoted in a reason
 
 
@@ -84,27 +62,6 @@ class LayoutChoice:
 
     layout: Layout
     reason: str
-
-
-def extension(name: str) -> str:
-    """Lower-case extension after the last dot of a file name ('' when none; a leading dot starts no extension)."""
-    base = name.rsplit("/", 1)[-1]
-    return base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
-
-
-def is_hidden(name: str) -> bool:
-    """Whether a file name (last path component) starts with a dot: ``.DS_Store``, ``._a.jpg``."""
-    return name.rsplit("/", 1)[-1].startswith(".")
-
-
-def last_dot_stem(name: str) -> str:
-    """The name up to its last dot (image-folder samples): 'a.b c.jpg' -> 'a.b c'; 'a' -> 'a'."""
-    return name.rpartition(".")[0] if "." in name.lstrip(".") else name
-
-
-def first_dot_stem(name: str) -> str:
-    """The name up to its first dot (grouped samples, WebDataset's key): 'a.seg.png' -> 'a'."""
-    return name.partition(".")[0]
 
 
 def sample_stem(name: str, layout: Layout) -> str:
@@ -370,24 +327,6 @@ class _Census:
         count = sum(self.texts.values()) + self.doc_texts
         kinds = _exts(self.texts) or "docs"
         return f"text: {_plural(count, 'text file')} ({kinds})" + _rejected(self.text_strays)
-
-
-def field_problem(field_name: str) -> str | None:
-    """Why a sidecar's field name (its extension, lower case) cannot name a field of a sample, else None."""
-    if not field_name:
-        return "it has no extension, so it names no field of a sample (<stem>.<field>)"
-    if field_name.startswith("_"):
-        return f"field {field_name!r} starts with '_', which WebDataset keeps for __key__ and __url__"
-    try:
-        field_name.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"its extension {field_name.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8"
-    return None
-
-
-def printable(rel: str) -> str:
-    """A path as text that encodes to UTF-8: undecodable bytes shown as \\xNN (for messages, the plan, the manifest)."""
-    return os.fsencode(rel).decode("utf-8", "backslashreplace")
 
 
 def _first_dot_group(name: str) -> str:

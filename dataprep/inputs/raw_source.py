@@ -26,13 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from dataprep.errors import UsageError
 from dataprep.formats.durable import unique_tmp_path_for
 from dataprep.inputs.listing import Entry, list_raw
 from dataprep.inputs.records import FilePart, RawRecord, Unit
-from dataprep.output.object_store import output_config
-from dataprep.remote import ObjectMeta, RemoteNotFoundError, RemoteStore
+
+if TYPE_CHECKING:  # the client is imported where a store URL is read: a local run never loads it
+    from dataprep.remote import ObjectMeta, RemoteStore
 
 MIRROR_THREADS = 8
 
@@ -148,11 +150,16 @@ class MirroredRaw:
 def _store(raw: RawSource) -> RemoteStore:
     if raw.url is None:
         raise ValueError("RAW is not a store URL (raw.url is None)")
+    from dataprep.output.object_store import output_config
+    from dataprep.remote import RemoteStore
+
     return RemoteStore(raw.url, output_config(raw.timeout_s))
 
 
 def _listing(raw: RawSource) -> list[ObjectMeta]:
     """The objects of RAW in walk order (sorted by their keys' path components); a usage error if none."""
+    from dataprep.remote import RemoteNotFoundError
+
     with _store(raw) as store:
         try:
             found = [m for m in store.list() if m.name and not m.name.endswith("/")]

@@ -33,8 +33,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from dataprep.inputs.detection import (IMAGE_EXTENSIONS, TABLE_EXTENSIONS, TEXT_EXTENSIONS, Layout, LayoutChoice,
-                                       choose_layout, extension, field_problem, is_hidden, sample_stem)
+from dataprep.inputs.detection import Layout, LayoutChoice, choose_layout, sample_stem
+from dataprep.inputs.names import (IMAGE_EXTENSIONS, TABLE_EXTENSIONS, TEXT_EXTENSIONS, extension, field_problem,
+                                   is_hidden)
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 from dataprep.inputs.walk import FileGroup, RawFile, group_files, walk_files
 

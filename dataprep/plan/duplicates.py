@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
-from dataprep.inputs.sources import IMAGE_EXTENSIONS
+from dataprep.inputs.names import IMAGE_EXTENSIONS
 
 _HEAD_BYTES = 64 * 2**10
 
 
-def image_size(unit: object) -> int:
+def media_bytes(unit: object) -> int:
     """Bytes of a unit's primary image file; -1 when it has none or it cannot be stat'ed."""
     path = primary_image(unit) if isinstance(unit, RawRecord) else None
     if path is None:
@@ -45,7 +45,7 @@ def find_duplicates(units_path: Path, offsets: np.ndarray, sizes: np.ndarray) ->
     """Unit index -> DUPLICATE reject for every input whose image bytes equal an earlier one's.
 
     units_path, offsets (int64 [N + 1]): the plan's spill file of pickled units;
-    sizes: int64 [N] primary image bytes per unit (-1: none), as ``image_size`` gives.
+    sizes: int64 [N] primary image bytes per unit (-1: none), as ``media_bytes`` gives.
     """
     by_size = np.argsort(sizes, kind="stable")  # stable: sorted key order within a size
     ordered = sizes[by_size]

@@ -13,13 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.clean.options import TableOptions, TextUnit
-from dataprep.clean.tables import TABLE_SUFFIXES, infer_schema, iter_table_rows
+from dataprep.clean.options import TableOptions
+from dataprep.clean.tables import infer_schema
+from dataprep.inputs.tables import TABLE_SUFFIXES, iter_table_rows
+from dataprep.inputs.text import TextUnit
 from dataprep.errors import UsageError
 from dataprep.inputs.listing import excluded_by
 from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, Reject, RejectReason
-from dataprep.inputs.sources import TEXT_EXTENSIONS, KeyAssigner, Layout, RawFile, extension, walk_files
+from dataprep.inputs.sources import KeyAssigner, Layout, RawFile, walk_files
+from dataprep.inputs.names import TEXT_EXTENSIONS, extension
 
 # Line-based files above this many bytes are planned as several parts (a part is never
 # larger than a range either).

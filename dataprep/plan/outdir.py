@@ -31,11 +31,10 @@ from dataprep.plan.checkpoint import (CHECKPOINT_NAME, PARTIAL_REJECTS_NAME, STA
                                       state_dir)
 from dataprep.errors import FormatError, OutputExistsError, UsageError
 from dataprep.formats.durable import TMP_SUFFIX, fsync_dir
-from dataprep.formats.manifest import MANIFEST_NAME, REJECTS_NAME, Manifest, read_manifest
+from dataprep.formats.manifest import LAYOUT_ADOPTED, MANIFEST_NAME, REJECTS_NAME, Manifest, read_manifest
 from dataprep.plan.fingerprint import option_differences
 from dataprep.plan.run_plan import PLAN_NAME, RunPlanInfo
 
-LAYOUT_ADOPTED = "adopted"
 MAX_NAMES_SHOWN = 5
 
 

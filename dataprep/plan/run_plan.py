@@ -43,13 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from dataprep.clean.options import TableOptions, TextUnit
+from dataprep.clean.options import TableOptions
+from dataprep.inputs.text import TextUnit
 from dataprep.errors import FormatError
 from dataprep.formats.durable import atomic_write_bytes
 from dataprep.inputs.listing import LISTING_NAME, excluded_by, write_listing
 from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
-from dataprep.plan.duplicates import find_duplicates, image_size
+from dataprep.plan.duplicates import find_duplicates, media_bytes
 from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
 from dataprep.output.store import STATE_DIR
 from dataprep.inputs.sources import Layout, LayoutChoice, media_records
@@ -275,7 +276,7 @@ def _spill(units: Iterable[Unit], path: Path, *, check_label: bool) -> tuple[np.
                                   "file is not inside a class folder (RAW/<class>/<file>)")
                 else:
                     labels.add(unit.label)
-            sizes.append(unit.size if isinstance(unit, FilePart) else image_size(unit))
+            sizes.append(unit.size if isinstance(unit, FilePart) else media_bytes(unit))
             f.write(pickle.dumps(unit, protocol=pickle.HIGHEST_PROTOCOL))
             offsets.append(f.tell())
         f.flush()

@@ -31,24 +31,7 @@ reopening after a crash sees exactly the runs it names, and files it does not na
 removed. Uncommitted runs, truncations and merges are lost with the process. One process
 owns a store at a time (an ``flock`` on ``lock``); a ``SeenSet`` is not thread-safe.
 
-Measured on the lead's 2-core VM (Python 3.11, numpy 2.4, ext4 on virtio disk; load
-average 2-3.5 from other jobs, so expect better on a quiet machine): ``first()`` of new
-random 16-byte digests (generated beforehand, not timed), ``commit()`` every 100k calls,
-one process, 20M calls in all, merges included:
-
-    digests stored     1M     2M     5M    10M    20M
-    calls/s so far   525k   513k   465k   412k   323k   (each 1M in between: 260k-740k)
-
-Repeats (``first()`` of 200k stored digests, 20M stored): 203k calls/s. Reopening
-the 20M store (458 MiB on disk; rebuilding fences and the Bloom filter): 1.7 s. A rerun
-to 5M at load average 4.6 gave 311k calls/s and 119k repeats/s: the numbers move with load.
-(Script: numpy ``default_rng(1).bytes`` digests, ``time.perf_counter`` around the loop.)
-For comparison, an SQLite ``WITHOUT ROWID`` table keyed on the digest (WAL, 16 MiB
-cache, sorted ``executemany`` batches of 64k, no Python per call) fell from 270k to
-125k inserts/s between 3M and 15M rows on the same machine. Not measured: 10^8 digests
-(2.4 GB on disk). Expect it slower than at 20M: the Bloom filter then sends ~28% of new
-digests to the runs (~3 us to miss in 8 runs, measured), merges rewrite each record about
-5 times instead of 3-4, and reopening reads the whole store (~10 s).
+Measured (20M digests, and against SQLite): ``dataprep/plan/README.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +41,6 @@ import json
 import os
 import re
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -67,41 +49,14 @@ import numpy as np
 
 from dataprep.errors import FormatError, UsageError
 from dataprep.formats.durable import atomic_write_bytes, fsync_dir
-from dataprep.plan.seen_runs import HEADER_BYTES, RUN_MAGIC, VERSION, Cursor, Layout, Run, RunWriter
+from dataprep.plan.seen_runs import HEADER_BYTES, RUN_MAGIC, VERSION, Cursor, RecordLayout, Run, RunWriter, SeenLimits
 
 FORMAT_NAME = "shardfeed.seen"
-MANIFEST_NAME = "seen.json"
+SEEN_MANIFEST_NAME = "seen.json"
 LOCK_NAME = "lock"
 _RUN_NAME = re.compile(r"run-(\d{8})\.bin")
 _OURS = re.compile(r"run-\d{8}\.bin|seen\.json|\.seen\.json\.tmp|lock")
 _MANIFEST_KEYS = ("format", "version", "digest_bytes", "next_run", "mark", "runs")
-
-
-@dataclass(frozen=True, slots=True)
-class SeenLimits:
-    """Memory and merge limits of a ``SeenSet`` (defaults: about 55 MiB in all).
-
-    bloom_bits_log2: the Bloom filter has 2**bloom_bits_log2 bits (28: 32 MiB).
-    memtable_rows: digests held in memory before they are written as a run (~100 B each).
-    block_rows: records per fence entry: a lookup reads one block per run (8 B of fence each).
-    merge_fanout: runs of similar size merged at once (lookups touch fewer runs when smaller).
-    merge_rows: records held in memory while merging or truncating (~24 B each, a few times).
-    """
-
-    bloom_bits_log2: int = 28
-    memtable_rows: int = 1 << 16
-    block_rows: int = 256
-    merge_fanout: int = 4
-    merge_rows: int = 1 << 16
-
-    def __post_init__(self) -> None:
-        checks = (("bloom_bits_log2", 6, 32), ("memtable_rows", 1, 1 << 26), ("block_rows", 1, 1 << 16),
-                  ("merge_fanout", 2, 64), ("merge_rows", 1, 1 << 28))
-        for name, low, high in checks:
-            value = getattr(self, name)
-            if type(value) is not int or not low <= value <= high:
-                raise UsageError(f"SeenLimits.{name} must be an int in [{low}, {high}] (got {value!r})")
-
 
 
 class SeenSet:
@@ -115,7 +70,7 @@ class SeenSet:
     def __init__(self, path: Path, limits: SeenLimits, lock_fd: int) -> None:
         """Use ``SeenSet.open``."""
         self.path, self.limits, self._lock_fd = path, limits, lock_fd
-        self._layout: Layout | None = None
+        self._layout: RecordLayout | None = None
         self._memtable: dict[bytes, int] = {}
         self._runs: list[Run] = []
         self._committed: set[str] = set()  # run files named by seen.json
@@ -199,7 +154,7 @@ class SeenSet:
             self._flush()
         return None
 
-    def _check(self, digest: object, position: object) -> Layout:
+    def _check(self, digest: object, position: object) -> RecordLayout:
         self._check_open()
         if type(digest) is not bytes:
             raise TypeError(f"digest must be bytes (got {digest!r} that is a {type(digest).__name__})")
@@ -209,7 +164,7 @@ class SeenSet:
             if not 8 <= len(digest) <= 64:
                 raise ValueError(f"digest must be 8 to 64 bytes (got {len(digest)}); "
                                  "hint: a BLAKE2b digest of 16 bytes")
-            self._layout = Layout(len(digest))
+            self._layout = RecordLayout(len(digest))
         elif len(digest) != self._layout.digest_bytes:
             raise ValueError(f"digest of {len(digest)} bytes for the seen-set store {self.path} of "
                              f"{self._layout.digest_bytes}-byte digests; hint: one digest size per store")
@@ -274,7 +229,7 @@ class SeenSet:
         document = {"format": FORMAT_NAME, "version": VERSION,
                     "digest_bytes": self._layout.digest_bytes if self._layout else None,
                     "next_run": self._next_run, "mark": mark, "runs": [run.describe() for run in self._runs]}
-        atomic_write_bytes(self.path / MANIFEST_NAME, json.dumps(document, indent=1).encode() + b"\n")
+        atomic_write_bytes(self.path / SEEN_MANIFEST_NAME, json.dumps(document, indent=1).encode() + b"\n")
         self.mark = mark
         self._committed = {run.path.name for run in self._runs}
         for path in self._retired:
@@ -285,7 +240,7 @@ class SeenSet:
 
     def committed_files(self) -> list[str]:
         """The files of the last ``commit``, ``seen.json`` last: what a copy of the store needs, in order."""
-        return [*sorted(self._committed), MANIFEST_NAME]
+        return [*sorted(self._committed), SEEN_MANIFEST_NAME]
 
     # -- runs: flush, merge, retire --------------------------------------------------------
 
@@ -339,11 +294,11 @@ class SeenSet:
     # -- reopening -------------------------------------------------------------------------
 
     def _load(self) -> None:
-        manifest = self.path / MANIFEST_NAME
+        manifest = self.path / SEEN_MANIFEST_NAME
         if not manifest.exists():
             foreign = sorted(p.name for p in self.path.iterdir() if not _OURS.fullmatch(p.name))
             if foreign:
-                raise FormatError(f"{self.path}: not a seen-set store (no {MANIFEST_NAME}, holds {foreign[:3]}); "
+                raise FormatError(f"{self.path}: not a seen-set store (no {SEEN_MANIFEST_NAME}, holds {foreign[:3]}); "
                                   "hint: pass a new or empty folder")
             self._remove_unnamed(set())
             return
@@ -358,7 +313,7 @@ class SeenSet:
             if digest_bytes is not None:
                 if type(digest_bytes) is not int or not 8 <= digest_bytes <= 64:
                     raise ValueError(f"digest_bytes must be an int in [8, 64] (got {digest_bytes!r})")
-                self._layout = Layout(digest_bytes)
+                self._layout = RecordLayout(digest_bytes)
             for entry in document["runs"]:
                 self._runs.append(self._open_run(entry))
                 self._count += self._runs[-1].count
@@ -391,7 +346,7 @@ class SeenSet:
         assert self._layout is not None
         path, layout = self.path / str(entry["file"]), self._layout
         if not _RUN_NAME.fullmatch(path.name):
-            raise FormatError(f"{self.path / MANIFEST_NAME}: run file name {path.name!r} is not ours")
+            raise FormatError(f"{self.path / SEEN_MANIFEST_NAME}: run file name {path.name!r} is not ours")
         count = int(entry["count"])
         expected = (RUN_MAGIC + VERSION.to_bytes(4, "little") + layout.digest_bytes.to_bytes(4, "little")
                     + count.to_bytes(8, "little"))
@@ -400,13 +355,13 @@ class SeenSet:
             with open(path, "rb") as file:
                 header = file.read(len(expected))
         except OSError as err:
-            raise FormatError(f"{path}: run file named by {MANIFEST_NAME} cannot be read ({err}); "
+            raise FormatError(f"{path}: run file named by {SEEN_MANIFEST_NAME} cannot be read ({err}); "
                               "hint: the store is damaged, start over with a new one") from err
         wanted = HEADER_BYTES + count * layout.record_bytes
         if header != expected or size != wanted:
-            raise FormatError(f"{path}: run header or size does not match {MANIFEST_NAME} (expected {count} records "
-                              f"of {layout.digest_bytes}-byte digests, {wanted} bytes; got {size} bytes, header "
-                              f"{header[:8]!r}); hint: the store is damaged, start over with a new one")
+            raise FormatError(f"{path}: run header or size does not match {SEEN_MANIFEST_NAME} (expected {count} "
+                              f"records of {layout.digest_bytes}-byte digests, {wanted} bytes; got {size} bytes, "
+                              f"header {header[:8]!r}); hint: the store is damaged, start over with a new one")
         return Run(path=path, layout=layout, count=count, min_position=int(entry["min_position"]),
                     max_position=int(entry["max_position"]), fence=array("Q"))
 

@@ -1,5 +1,5 @@
 """The run files of ``dataprep.plan.seen``'s store: their record layout, reading one (a lookup is one
-``pread`` of one block), writing one, and reading one forward for a merge.
+``pread`` of one block), writing one, reading one forward for a merge; and the store's limits (``SeenLimits``).
 
 A run: a 32-byte header (magic, version, digest bytes, count), then fixed-size records
 (digest zero-padded to a multiple of 8 bytes, int64 position) sorted by digest.
@@ -11,21 +11,22 @@ import os
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dataprep.errors import FormatError
+from dataprep.errors import FormatError, UsageError
 
-__all__ = ["HEADER_BYTES", "RUN_MAGIC", "VERSION", "Cursor", "Layout", "Run", "RunWriter"]
+__all__ = ["HEADER_BYTES", "RUN_MAGIC", "VERSION", "Cursor", "RecordLayout", "Run", "RunWriter", "SeenLimits"]
 
 VERSION = 1
 RUN_MAGIC = b"SFSEEN01"
 HEADER_BYTES = 32  # magic (8) | version u32 | digest_bytes u32 | count u64 | reserved (8)
 
 
-class Layout:
+class RecordLayout:
     """Record layout for one digest length: numpy dtypes of a run's records."""
 
     def __init__(self, digest_bytes: int) -> None:
@@ -54,7 +55,7 @@ class Layout:
 class Run:
     """One immutable run file: sorted records, its fence, and an open descriptor for lookups."""
 
-    def __init__(self, path: Path, layout: Layout, count: int, min_position: int, max_position: int,
+    def __init__(self, path: Path, layout: RecordLayout, count: int, min_position: int, max_position: int,
                  fence: array) -> None:
         self.path, self.layout, self.count = path, layout, count
         self.min_position, self.max_position, self.fence = min_position, max_position, fence
@@ -99,7 +100,7 @@ class Run:
 class RunWriter:
     """Writes sorted record arrays to a new run file; ``finish`` returns it as a ``Run``."""
 
-    def __init__(self, path: Path, layout: Layout, block_rows: int) -> None:
+    def __init__(self, path: Path, layout: RecordLayout, block_rows: int) -> None:
         self.path, self.layout, self.block_rows = path, layout, block_rows
         self.file = open(path, "wb")
         self.file.write(bytes(HEADER_BYTES))
@@ -131,7 +132,7 @@ class RunWriter:
 class Cursor:
     """Reads one run forward for a merge, handing out the records below a key bound."""
 
-    def __init__(self, run: Run, layout: Layout, rows: int) -> None:
+    def __init__(self, run: Run, layout: RecordLayout, rows: int) -> None:
         self.layout = layout
         self.chunks = run.chunks(rows)
         self.pending = np.empty(0, dtype=layout.records)
@@ -150,3 +151,29 @@ class Cursor:
         cut = len(self.pending) if bound is None else int(np.searchsorted(prefixes, np.uint64(bound)))
         taken, self.pending = self.pending[:cut], self.pending[cut:]
         return taken
+
+
+@dataclass(frozen=True, slots=True)
+class SeenLimits:
+    """Memory and merge limits of a ``SeenSet`` (defaults: about 55 MiB in all).
+
+    bloom_bits_log2: the Bloom filter has 2**bloom_bits_log2 bits (28: 32 MiB).
+    memtable_rows: digests held in memory before they are written as a run (~100 B each).
+    block_rows: records per fence entry: a lookup reads one block per run (8 B of fence each).
+    merge_fanout: runs of similar size merged at once (lookups touch fewer runs when smaller).
+    merge_rows: records held in memory while merging or truncating (~24 B each, a few times).
+    """
+
+    bloom_bits_log2: int = 28
+    memtable_rows: int = 1 << 16
+    block_rows: int = 256
+    merge_fanout: int = 4
+    merge_rows: int = 1 << 16
+
+    def __post_init__(self) -> None:
+        checks = (("bloom_bits_log2", 6, 32), ("memtable_rows", 1, 1 << 26), ("block_rows", 1, 1 << 16),
+                  ("merge_fanout", 2, 64), ("merge_rows", 1, 1 << 28))
+        for name, low, high in checks:
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:
+                raise UsageError(f"SeenLimits.{name} must be an int in [{low}, {high}] (got {value!r})")

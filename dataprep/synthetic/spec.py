@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from dataprep.errors import UsageError
-from dataprep.errors import check_bool, check_int
+from dataprep.errors import require_bool, require_int
 
 # Random streams, one per scope, so that images do not depend on tables and vice versa.
 STREAM_CLASS, STREAM_IMAGE, STREAM_BROKEN, STREAM_TABLE, STREAM_TEXT, STREAM_CORPUS = range(6)
@@ -15,7 +15,7 @@ STREAM_CLASS, STREAM_IMAGE, STREAM_BROKEN, STREAM_TABLE, STREAM_TEXT, STREAM_COR
 
 def check_count(name: str, value: object, minimum: int) -> None:
     """Raise UsageError unless ``value`` is an int (not a bool) >= ``minimum``."""
-    check_int(name, value, minimum=minimum, expected=f"an int >= {minimum}", error=UsageError)
+    require_int(name, value, minimum=minimum, expected=f"an int >= {minimum}", error=UsageError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class SyntheticSpec:
         check_count("classes", self.classes, 1)
         check_count("seed", self.seed, 0)
         for name in ("broken", "tables", "text", "sidecars"):
-            check_bool(name, getattr(self, name), error=UsageError)
+            require_bool(name, getattr(self, name), error=UsageError)
         if self.classes > self.images:
             raise UsageError(f"'classes' must be <= 'images' so no class folder is empty (got classes={self.classes}, "
                              f"images={self.images})")

@@ -26,7 +26,7 @@ import numpy as np
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.inputs.records import Reject, RejectReason
 from dataprep.tokenize.tokenizer import TokenEncoder, Tokenizer
-from dataprep.errors import check_int
+from dataprep.errors import require_int
 from dataprep.formats.tokens.writer import TOKENS_FIELD
 
 Result = CleanRecord | EncodedSample | Reject
@@ -51,10 +51,10 @@ class TokenStage:
     batch_chars: int = BATCH_CHARS
 
     def __post_init__(self) -> None:
-        check_int("threads", self.threads, minimum=1, error=ValueError)
-        check_int("min_tokens", self.min_tokens, minimum=0, error=ValueError)
-        check_int("batch_documents", self.batch_documents, minimum=1, error=ValueError)
-        check_int("batch_chars", self.batch_chars, minimum=1, error=ValueError)
+        require_int("threads", self.threads, minimum=1, error=ValueError)
+        require_int("min_tokens", self.min_tokens, minimum=0, error=ValueError)
+        require_int("batch_documents", self.batch_documents, minimum=1, error=ValueError)
+        require_int("batch_chars", self.batch_chars, minimum=1, error=ValueError)
 
     def documents(self, results: Generator[Result, None, None]) -> Generator[Result, None, None]:
         """``results`` in order, each kept text document tokenized (closing this closes ``results``).

@@ -10,7 +10,7 @@ import pytest
 
 from dataprep.commands.config import Engine, ShardConfig
 from dataprep.errors import UsageError
-from dataprep.errors import as_enum, check_bool, check_int, is_int
+from dataprep.errors import as_enum, require_bool, require_int, is_int
 
 
 class Colour(enum.StrEnum):
@@ -29,23 +29,23 @@ class Colour(enum.StrEnum):
 ])
 def test_check_int_names_the_argument_the_rule_and_the_value(kwargs, value, message):
     with pytest.raises(UsageError) as caught:
-        check_int("n", value, error=UsageError, **kwargs)
+        require_int("n", value, error=UsageError, **kwargs)
     assert str(caught.value) == message
 
 
 def test_check_int_accepts_ints_in_range_and_none_when_optional():
-    check_int("n", 1, minimum=1, error=ValueError)
-    check_int("n", 100, minimum=1, maximum=100, error=ValueError)
-    check_int("n", None, minimum=1, optional=True, error=ValueError)
+    require_int("n", 1, minimum=1, error=ValueError)
+    require_int("n", 100, minimum=1, maximum=100, error=ValueError)
+    require_int("n", None, minimum=1, optional=True, error=ValueError)
     with pytest.raises(ValueError, match="'n' must be a positive int"):
-        check_int("n", None, minimum=1, error=ValueError)
+        require_int("n", None, minimum=1, error=ValueError)
     assert is_int(3) and not is_int(True) and not is_int(3.0)
 
 
 def test_check_bool_and_as_enum():
-    check_bool("flag", False, error=UsageError)
+    require_bool("flag", False, error=UsageError)
     with pytest.raises(UsageError, match=r"'flag' must be a bool \(got 1 that is a int\)"):
-        check_bool("flag", 1, error=UsageError)
+        require_bool("flag", 1, error=UsageError)
     assert as_enum("colour", Colour, "blue", error=UsageError) is Colour.BLUE
     assert as_enum("colour", Colour, Colour.RED, error=UsageError) is Colour.RED
     with pytest.raises(TypeError, match=r"'colour' must be one of 'red', 'blue' \(got 'green' that is a str\)"):

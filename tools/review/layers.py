@@ -3,8 +3,8 @@ names that mean two things.
 
 Each package's folders (and top-level modules) are stages in an order (``LAYERS``): one may
 import those before it, never one after it, so the folder graph has no circle and reads in
-the order of the data flow. A name missing from the order is a finding too (a new folder
-must be given its place). ``loaders`` reads shards through ``dataprep.formats`` and object
+the order of the data flow. A folder missing from the order is reported (a new folder must
+be given its place). ``loaders`` reads shards through ``dataprep.formats`` and object
 storage through ``dataprep.remote``, and imports nothing else of ``dataprep``. A class,
 function or constant defined at module level in two product modules is one name with two
 meanings (re-exports are imports, not definitions, and do not count).
@@ -35,17 +35,24 @@ def _stage(name: str) -> tuple[str, str] | None:
     return (parts[0], parts[1]) if len(parts) > 1 else None
 
 
+def unplaced_stages(modules: Sequence[Module]) -> list[Finding]:
+    """Folders and top-level modules of a layered package that its order does not name (one finding each)."""
+    seen: dict[str, Finding] = {}
+    for module in modules:
+        here = _stage(module.name)
+        if here is not None and here[0] in LAYERS and here[1] not in LAYERS[here[0]]:
+            seen.setdefault(".".join(here), Finding(module.package, str(module.path), 1, ".".join(here)))
+    return list(seen.values())
+
+
 def layer_violations(modules: Sequence[Module], graph: Mapping[str, set[str]]) -> list[Finding]:
-    """Imports of a later stage of the same package, and modules in a stage the order does not name."""
+    """Imports of a later stage of the same package (stages the order does not name: ``unplaced_stages``)."""
     out = []
     for module in modules:
         here = _stage(module.name)
-        if here is None or here[0] not in LAYERS:
+        if here is None or here[0] not in LAYERS or here[1] not in LAYERS[here[0]]:
             continue
         order = LAYERS[here[0]]
-        if here[1] not in order:
-            out.append(Finding(module.package, str(module.path), 1, f"{here[1]} (not in the layer order)"))
-            continue
         for target in sorted(graph.get(module.name, ())):
             there = _stage(target)
             if there is None or there[0] != here[0] or there[1] == here[1] or there[1] not in order:

@@ -27,6 +27,7 @@ MEASURES = (
     ("cycles", "import cycles (strongly connected groups; hard rule)", CODE_PACKAGES),
     ("layer_violations", "imports against the package's layer order (hard rule)", ("dataprep", "loaders")),
     ("foreign_reads", "loaders importing dataprep beyond formats and remote (hard rule)", ("loaders",)),
+    ("unplaced_stages", "folders missing from their package's layer order", ("dataprep", "loaders")),
     ("program_imports", "tools modules importing a program", ("tools",)),
     ("long_modules", f"modules over {scans.MAX_MODULE_LINES} lines", CODE_PACKAGES),
     ("long_functions", f"functions over {scans.MAX_FUNCTION_LINES} lines", CODE_PACKAGES),
@@ -44,6 +45,8 @@ MEASURES = (
 
 
 HARD_RULES = ("cycles", "layer_violations", "foreign_reads")
+_BROKEN = {"cycles": "import cycles", "layer_violations": "imports against the layers",
+           "foreign_reads": "loaders reading dataprep beyond formats and remote"}
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ def review(root: Path) -> Review:
         "cycles": groups,
         "layer_violations": layers.layer_violations(code, graph),
         "foreign_reads": layers.foreign_reads(code, graph),
+        "unplaced_stages": layers.unplaced_stages(code),
         "program_imports": pairs,
         "long_modules": scans.long_modules(code),
         "long_functions": scans.long_functions(code),
@@ -130,6 +134,6 @@ def format_review(result: Review, *, details: int) -> str:
         lines += [f"  {f.where()}  {f.name}" + (f"  ({f.count})" if f.count != 1 else "") for f in found[:details]]
         if len(found) > details:
             lines.append(f"  ... {len(found) - details} more (--details N)")
-    broken = [key for key in HARD_RULES if result.findings[key]]
+    broken = [_BROKEN[key] for key in HARD_RULES if result.findings[key]]
     verdict = f"FAILED: {', '.join(broken)}" if broken else "ok: no import cycle, no import against the layers"
     return "\n".join([*lines, "", verdict])

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from dataprep.formats.durable import commit_tmp, tmp_path_for
 from dataprep.formats.manifest import ShardInfo, sha256_file
 from dataprep.formats.samples import CleanRecord, EncodedSample
-from dataprep.errors import check_int, invalid
+from dataprep.errors import require_int, bad_argument
 from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES, ShardLimits, ShardNaming, WriterLifecycle, remove_quietly
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def estimate_bytes(value: object) -> int:
 def file_schema(schema: pa.Schema) -> pa.Schema:
     """The schema written to disk: ``__key__`` (string, not null) first, then the caller's columns."""
     if not isinstance(schema, pa.Schema):
-        raise invalid("schema", "a pyarrow.Schema", schema, TypeError)
+        raise bad_argument("schema", "a pyarrow.Schema", schema, TypeError)
     columns = [f for f in schema if f.name != KEY_COLUMN]
     if KEY_COLUMN in schema.names and not pa.types.is_string(schema.field(KEY_COLUMN).type):
         raise ValueError(f"'schema' column {KEY_COLUMN!r} must be a string column (got "
@@ -74,9 +74,9 @@ class ParquetOptions:
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
-        check_int("row_group_bytes", self.row_group_bytes, minimum=1, error=ValueError)
+        require_int("row_group_bytes", self.row_group_bytes, minimum=1, error=ValueError)
         if self.compression not in COMPRESSIONS:
-            raise invalid("compression", f"one of {COMPRESSIONS}", self.compression, ValueError)
+            raise bad_argument("compression", f"one of {COMPRESSIONS}", self.compression, ValueError)
         if self.compression != "none" and not pa.Codec.is_available(self.compression):
             raise ValueError(f"'compression' {self.compression!r} is not available in this pyarrow build")
 

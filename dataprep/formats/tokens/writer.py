@@ -30,7 +30,7 @@ from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.formats.tokens.index import BIN_SUFFIX, DTYPE_CODES, IDX_HEADER_BYTES, IDX_SUFFIX, encode_token_index
 from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES, OpenShardFile, RollingShardWriter, remove_quietly
 
-__all__ = ["INDEX_BYTES_PER_DOCUMENT", "TOKENS_FIELD", "TokenShardWriter", "TokenizedDocument", "index_path_for"]
+__all__ = ["INDEX_BYTES_PER_DOCUMENT", "TOKENS_FIELD", "TokenShardWriter", "TokenizedDocument", "token_index_path_for"]
 
 TOKENS_FIELD = "tokens"  # a CleanRecord's field holding its token ids
 # What a document adds to the .idx: an int32 length, an int64 pointer, an int64 document index.
@@ -39,7 +39,7 @@ _EMPTY_INDEX_BYTES = IDX_HEADER_BYTES + 8  # header and the closing document ind
 _MAX_DOCUMENT_TOKENS = np.iinfo(np.int32).max
 
 
-def index_path_for(bin_path: str | os.PathLike[str]) -> Path:
+def token_index_path_for(bin_path: str | os.PathLike[str]) -> Path:
     """The ``.idx`` that goes with ``<prefix>.bin``."""
     return Path(bin_path).with_suffix(IDX_SUFFIX)
 
@@ -147,7 +147,7 @@ class TokenShardWriter(RollingShardWriter[_OpenShard]):
         return _OpenShard(final.name, final, tmp, fileobj)
 
     def _remove_temporaries(self, shard: _OpenShard) -> None:
-        remove_quietly(tmp_path_for(index_path_for(shard.final)))
+        remove_quietly(tmp_path_for(token_index_path_for(shard.final)))
 
     def _commit(self, shard: _OpenShard) -> ShardInfo:
         """fsync both files under their temporary names, then rename the .bin, then the .idx."""
@@ -156,7 +156,7 @@ class TokenShardWriter(RollingShardWriter[_OpenShard]):
         shard.fileobj.close()
         lengths = np.frombuffer(shard.lengths, dtype=np.int64) if shard.lengths else np.zeros(0, np.int64)
         index = encode_token_index(self._dtype, lengths)
-        index_final = index_path_for(shard.final)
+        index_final = token_index_path_for(shard.final)
         index_tmp = tmp_path_for(index_final)
         with open(index_tmp, "wb") as f:
             f.write(index)

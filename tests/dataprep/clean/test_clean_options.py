@@ -7,24 +7,17 @@ import pickle
 import pytest
 
 import dataprep.clean
-from dataprep.clean.options import (
-    ImageFormat,
-    ImageOptions,
-    TableOptions,
-    TextOptions,
-    TextUnit,
-)
+from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions
+from dataprep.inputs.text import TextUnit
 from dataprep.errors import UsageError
 
 
 def test_public_api_is_pinned() -> None:
     assert dataprep.clean.__all__ == sorted(dataprep.clean.__all__)
     assert set(dataprep.clean.__all__) == {
-        "IMAGE_FIELDS", "ImageFormat", "ImageOptions", "RowError", "TABLE_SUFFIXES", "TableOptions", "TextOptions",
-        "TextUnit", "arrow_schema", "clean_image", "clean_row", "clean_table_text", "clean_text", "dedup_digest",
-        "dedup_value", "infer_schema", "iter_table_rows", "iter_text_records", "jpeg_structure_problem",
-        "png_structure_problem",
-        "source_key_stem", "target_size", "text_digest",
+        "ImageFormat", "ImageOptions", "TableOptions", "TextOptions", "arrow_schema", "clean_image", "clean_row",
+        "clean_table_text", "clean_text", "dedup_digest", "dedup_value", "infer_schema", "jpeg_structure_problem",
+        "png_structure_problem", "target_size", "text_digest",
     }
 
 

@@ -13,15 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataprep.clean.options import TableOptions
-from dataprep.clean.tables import (
-    RowError,
-    arrow_schema,
-    clean_row,
-    dedup_value,
-    infer_schema,
-    iter_table_rows,
-    source_key_stem,
-)
+from dataprep.clean.tables import arrow_schema, clean_row, dedup_value, infer_schema
+from dataprep.inputs.tables import RowError, iter_table_rows, source_key_stem
 from dataprep.errors import UsageError
 from dataprep.formats.samples import CleanRecord
 from dataprep.inputs.records import RawRecord, Reject, RejectReason

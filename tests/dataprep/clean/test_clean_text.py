@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.clean.options import TextOptions, TextUnit
-from dataprep.clean.tables import RowError
-from dataprep.clean.text import clean_text, iter_text_records, text_digest
+from dataprep.clean.options import TextOptions
+from dataprep.clean.text import clean_text, text_digest
+from dataprep.inputs.tables import RowError
+from dataprep.inputs.text import TextUnit, iter_text_records
 from dataprep.formats.samples import CleanRecord
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 

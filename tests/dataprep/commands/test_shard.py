@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from dataprep.cli import main
 from dataprep.formats.manifest import read_manifest
-from tests.dataprep.helpers import read_rejects, shard_cli
+from tests.dataprep.helpers import REPO, read_rejects, shard_cli
 
 
 def test_rerun_is_a_no_op_and_other_command_is_refused(image_tree, tmp_path, capsys):
@@ -78,11 +80,32 @@ def test_a_run_that_keeps_nothing_fails_unless_allowed(tmp_path, capsys):
 
 def test_default_shard_size_is_one_unit_everywhere(tmp_path):
     from dataprep.cli import build_parser, config_from_args
-    from dataprep.commands.config import DEFAULT_SHARD_BYTES, ShardConfig
+    from dataprep.commands.config import ShardConfig
     from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
 
     args = build_parser().parse_args(["shard", os.fspath(tmp_path), os.fspath(tmp_path / "out")])
     from_cli = config_from_args(args).max_shard_bytes
-    assert from_cli == DEFAULT_SHARD_BYTES == DEFAULT_MAX_SHARD_BYTES == ShardConfig(tmp_path, tmp_path).max_shard_bytes
+    assert from_cli == DEFAULT_MAX_SHARD_BYTES == ShardConfig(tmp_path, tmp_path).max_shard_bytes
     assert from_cli == 256 * 2**20
     assert "default 256MiB" in build_parser()._subparsers._group_actions[0].choices["shard"].format_help()
+
+
+_LOCAL_RUN_IMPORTS = """
+import sys
+from dataprep.cli import main
+assert main(["shard", *sys.argv[1:]]) == 0
+heavy = ("dataprep.remote", "dataprep.engines.ray", "dataprep.engines.range", "ray", "obstore")
+loaded = sorted(m for m in sys.modules if m.startswith(heavy))
+print("LOADED:" + " ".join(loaded))
+"""
+
+
+def test_a_local_run_imports_neither_the_ray_engine_nor_the_remote_client(tmp_path):
+    """The cost of a local run's imports (issue 26): Ray's engine and the object-store client load only when asked."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text('{"x": 1}\n{"x": 2}\n')
+    done = subprocess.run([sys.executable, "-c", _LOCAL_RUN_IMPORTS, os.fspath(raw), os.fspath(tmp_path / "out"),
+                           "--workers", "1", "--no-progress"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "LOADED:", done.stdout

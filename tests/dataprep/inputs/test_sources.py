@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from dataprep.inputs.detection import field_problem
+from dataprep.inputs.names import field_problem
 from dataprep.errors import UsageError
 from dataprep.inputs.records import RawRecord, Reject
-from dataprep.inputs.sources import (IMAGE_EXTENSIONS, KeyAssigner, Layout, detect_layout, media_records, safe_key,
-                                     walk_files)
+from dataprep.inputs.sources import KeyAssigner, Layout, detect_layout, media_records, safe_key, walk_files
+from dataprep.inputs.names import IMAGE_EXTENSIONS
 from tests.dataprep.helpers import image_file
 from tests.dataprep.strategies import make_tree, raw_trees
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dataprep.inputs.detection import first_dot_stem, last_dot_stem
+from dataprep.inputs.names import first_dot_stem, last_dot_stem
 from dataprep.inputs.records import Reject
 from dataprep.inputs.walk import FileGroup, RawFile, group_files, walk_files
 from tests.dataprep.helpers import files_at

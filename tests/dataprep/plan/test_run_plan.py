@@ -126,7 +126,8 @@ def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
     spill.mkdir(exist_ok=True)
     tracemalloc.start()
     config = ShardConfig(raw=raw, out=raw.parent / "out")
-    plan = make_run_plan(plan_options(config), LayoutChoice(Layout.IMAGE_FOLDER, "test"), spill, config.fingerprint())
+    choice = LayoutChoice(Layout.IMAGE_FOLDER, "test")
+    plan = make_run_plan(plan_options(config), choice, spill, config.fingerprint())
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(plan) == dirs * per_dir

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataprep.errors import FormatError, UsageError
-from dataprep.plan.seen import MANIFEST_NAME, SeenLimits, SeenSet
+from dataprep.plan.seen import SEEN_MANIFEST_NAME, SeenLimits, SeenSet
 
 ROOT = Path(__file__).resolve().parents[3]
 # fsync costs milliseconds on a disk and nothing on tmpfs; a SIGKILL (unlike a power cut)
@@ -129,7 +129,7 @@ def test_truncate_is_idempotent_and_durable_only_after_commit(tmp_path):
 
 def _run_files(path: Path) -> tuple[set[str], set[str]]:
     """(run files on disk, run files the manifest names)."""
-    named = {run["file"] for run in json.loads((path / MANIFEST_NAME).read_text())["runs"]}
+    named = {run["file"] for run in json.loads((path / SEEN_MANIFEST_NAME).read_text())["runs"]}
     return {name for name in os.listdir(path) if name.startswith("run-")}, named
 
 
@@ -183,7 +183,7 @@ def test_refuses_digests_of_another_size_or_type(tmp_path):
 
 def _damage(path: Path, how: str) -> Path:
     """Damage a committed store in one way; return the file the error must name."""
-    manifest = path / MANIFEST_NAME
+    manifest = path / SEEN_MANIFEST_NAME
     document = json.loads(manifest.read_text())
     run = path / document["runs"][0]["file"]
     if how == "not json":

@@ -132,3 +132,40 @@ def test_a_bad_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_this_checkout_has_no_import_cycle_and_no_tools_module_importing_a_program() -> None:
     result = review(ROOT)
     assert result.findings["cycles"] == [] and result.findings["program_imports"] == []
+
+
+def test_an_import_against_the_layer_order_fails_the_review(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """dataprep's formats sit below its engines: formats importing an engine is refused, the other way is fine."""
+    _tree(tmp_path, {
+        "dataprep/formats/manifest.py": "from dataprep.engines.loop import run\n",
+        "dataprep/engines/loop.py": "from dataprep.errors import E\nrun = 1\n",
+        "dataprep/errors.py": "E = 1\n",
+        "dataprep/extra/thing.py": "X = 1\n",
+    })
+    assert _names(tmp_path, "layer_violations") == ["dataprep.formats.manifest -> dataprep.engines.loop"]
+    assert _names(tmp_path, "unplaced_stages") == ["dataprep.extra"]
+    assert main(["--root", str(tmp_path)]) == 1
+    assert "FAILED: imports against the layers" in capsys.readouterr().out
+
+
+def test_loaders_may_read_dataprep_only_through_formats_and_remote(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "loaders/read/shards.py": "from dataprep.formats.manifest import M\nfrom dataprep.plan.seen import S\n",
+        "loaders/cache/cache.py": "from dataprep.remote import R\n",
+        "dataprep/formats/manifest.py": "M = 1\n",
+        "dataprep/plan/seen.py": "S = 1\n",
+        "dataprep/remote/__init__.py": "R = 1\n",
+    })
+    assert _names(tmp_path, "foreign_reads") == ["loaders.read.shards -> dataprep.plan.seen"]
+    assert review(tmp_path).failed
+
+
+def test_a_public_name_defined_in_two_product_modules_is_reported(tmp_path: Path) -> None:
+    _tree(tmp_path, {
+        "dataprep/inputs/a.py": "class Layout:\n    pass\nLIMIT = 1\nT = TypeVar('T')\n_private = 1\n",
+        "loaders/cache/b.py": "def Layout():\n    pass\nLIMIT = 2\nT = TypeVar('T')\n_private = 2\n",
+    })
+    found = review(tmp_path).findings["duplicate_names"]
+    assert sorted((f.name, f.count) for f in found) == [("LIMIT", 2), ("Layout", 2)]
+    assert not review(tmp_path).failed

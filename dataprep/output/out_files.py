@@ -1,6 +1,6 @@
 """OUT as ``dataprep verify`` and ``dataprep info`` read it: a folder, or a store URL (``s3://bucket/prefix``).
 
-``open_shard_files(out)`` gives ``ShardFiles``: the manifest, the names of OUT's files, and
+``open_out_files(out)`` gives ``OutFiles``: the manifest, the names of OUT's files, and
 ``fetch(name)``, a local file to read and its sha256. A folder's files are read where they
 are. A store's files are listed once, and each fetched file is streamed through sha256
 into a temporary file, removed when the ``fetch`` block ends: a verify of a remote dataset
@@ -24,14 +24,14 @@ from dataprep.output.store import STATE_DIR
 
 
 @dataclass(frozen=True)
-class Fetched:
+class FetchedFile:
     """A file of OUT on this machine: ``path``, and the hex sha256 of its bytes."""
 
     path: Path
     sha256: str
 
 
-class LocalShardFiles:
+class LocalOutFiles:
     """A shard folder."""
 
     def __init__(self, root: Path) -> None:
@@ -49,9 +49,9 @@ class LocalShardFiles:
         return (self.root / name).is_file()
 
     @contextmanager
-    def fetch(self, name: str) -> Iterator[Fetched]:
+    def fetch(self, name: str) -> Iterator[FetchedFile]:
         path = self.root / name
-        yield Fetched(path, sha256_file(path))
+        yield FetchedFile(path, sha256_file(path))
 
     @contextmanager
     def local(self, name: str) -> Iterator[Path]:
@@ -59,7 +59,7 @@ class LocalShardFiles:
         yield self.root / name
 
 
-class RemoteShardFiles:
+class RemoteOutFiles:
     """A dataset in object storage (module docstring); ``scratch``: where fetched files wait to be read."""
 
     def __init__(self, store: RemoteStore, scratch: Path) -> None:
@@ -82,10 +82,10 @@ class RemoteShardFiles:
         return name in self._sizes
 
     @contextmanager
-    def fetch(self, name: str) -> Iterator[Fetched]:
+    def fetch(self, name: str) -> Iterator[FetchedFile]:
         digest = hashlib.sha256()
         with self._download(name, digest) as path:
-            yield Fetched(path, digest.hexdigest())
+            yield FetchedFile(path, digest.hexdigest())
 
     @contextmanager
     def local(self, name: str) -> Iterator[Path]:
@@ -108,19 +108,19 @@ class RemoteShardFiles:
             folder.rmdir()
 
 
-ShardFiles = LocalShardFiles | RemoteShardFiles
+OutFiles = LocalOutFiles | RemoteOutFiles
 
 
 @contextmanager
-def open_shard_files(out: str | os.PathLike[str], timeout_s: float = 60.0) -> Iterator[ShardFiles]:
+def open_out_files(out: str | os.PathLike[str], timeout_s: float = 60.0) -> Iterator[OutFiles]:
     """OUT's files (module docstring); ``timeout_s``: the store requests' time-out without progress."""
     if not is_remote_url(out):
-        yield LocalShardFiles(Path(out))
+        yield LocalOutFiles(Path(out))
         return
     with RemoteStore(os.fspath(out), RemoteConfig(timeout_s=timeout_s, stall_s=min(15.0, timeout_s))) as store, \
             tempfile.TemporaryDirectory(prefix="dataprep-verify-") as scratch:
         try:
-            files = RemoteShardFiles(store, Path(scratch))
+            files = RemoteOutFiles(store, Path(scratch))
         except RemoteNotFoundError as err:
             raise UsageError(f"{out}: the bucket {store.url.bucket!r} does not exist; fix the URL") from err
         yield files

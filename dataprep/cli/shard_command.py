@@ -1,0 +1,165 @@
+"""``dataprep shard RAW OUT``: its arguments (one small function per group), the ``ShardConfig`` they make, its run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dataprep.cli.argtypes import byte_size, count, fraction, positive, seconds
+from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions
+from dataprep.commands.config import (DEFAULT_RANGE_BYTES, DEFAULT_REMOTE_TIMEOUT_S, Engine, OutputFormat, ShardConfig,
+                                      TokenOptions, usable_cpus)
+from dataprep.commands.summary import format_summary
+from dataprep.engines.progress import ProgressLine
+from dataprep.errors import UsageError
+from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
+from dataprep.inputs.detection import Layout
+from dataprep.inputs.text import TextUnit
+
+Group = Any  # an argparse parser or argument group: both have add_argument
+
+
+def add_shard_parser(sub: Any) -> None:
+    """The ``shard`` sub-command on ``sub`` (the top parser's sub-parsers)."""
+    p = sub.add_parser("shard", help="clean RAW and write shards, index sidecars and a manifest to OUT")
+    _add_places(p)
+    _add_output(p)
+    _add_images(p.add_argument_group("images"))
+    _add_tables_and_text(p.add_argument_group("tables and text"))
+    _add_tokens(p.add_argument_group("token output (language models)"))
+    _add_run(p.add_argument_group("run"))
+    _add_remote(p.add_argument_group("object storage (OUT or RAW a store URL; pip install 'shardfeed[remote]')"))
+
+
+def _add_places(p: Group) -> None:
+    p.add_argument("raw", help="raw dataset: a directory (or one table/text file), or a store URL (s3://bucket/raw/)")
+    p.add_argument("out", help="output directory (created; must be empty or from the same command), or a store URL "
+                               "(s3://bucket/prefix, gs://, az://; the bucket must exist)")
+    p.add_argument("--layout", choices=["auto", *[str(x) for x in Layout]], default="auto")
+
+
+def _add_output(p: Group) -> None:
+    p.add_argument("--format", dest="output_format", choices=[str(x) for x in OutputFormat], default="auto",
+                   help="wds: WebDataset tar shards (media); parquet: Parquet shards (tables, text, or images); "
+                        "tokens: Megatron token shards (.bin + .idx; chosen by --tokenizer)")
+    p.add_argument("--shard-size", type=byte_size, default=None,
+                   help="max bytes per shard, e.g. 64MiB (default 256MiB)")
+    p.add_argument("--samples-per-shard", type=positive, default=None, help="max samples per shard")
+    p.add_argument("--row-group-size", type=byte_size, default="64MiB", help="Parquet row group bound (default 64MiB)")
+    p.add_argument("--prefix", default="shard", help="shard file name prefix (default: shard)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample order (default 0)")
+    p.add_argument("--no-shuffle", action="store_true", help="keep sorted order instead of a seeded shuffle")
+
+
+def _add_images(g: Group) -> None:
+    g.add_argument("--min-side", type=positive, default=32, help="reject images whose shorter side is smaller")
+    g.add_argument("--max-pixels", type=positive, default=ImageOptions().max_pixels,
+                   help="reject larger images (bomb guard)")
+    size = g.add_mutually_exclusive_group()
+    size.add_argument("--resize-short", type=positive, help="pre-resize: shorter side to N pixels (downscale only)")
+    size.add_argument("--max-side", type=positive, help="pre-resize: longer side to at most N pixels")
+    g.add_argument("--quality", type=int, default=95, choices=range(1, 101), metavar="1..100",
+                   help="JPEG quality of re-encoded images")
+    g.add_argument("--reencode-format", choices=[str(x) for x in ImageFormat], default="jpg")
+
+
+def _add_tables_and_text(g: Group) -> None:
+    g.add_argument("--schema", help="table schema as JSON {column: type} or @file.json (default: inferred)")
+    g.add_argument("--required", help="comma-separated required columns (default: all schema columns)")
+    g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
+    g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
+
+
+def _add_tokens(g: Group) -> None:
+    g.add_argument("--tokenizer", metavar="TOK",
+                   help="tokenize text into Megatron token shards: the path of a Hugging Face tokenizer.json (read "
+                        "from disk, never fetched), or 'bytes' (UTF-8 bytes as ids, EOS 256)")
+    g.add_argument("--eos", metavar="TOKEN", help="the token appended to every document (default: the tokenizer's "
+                                                  "<|endoftext|>, </s> or <eos>)")
+    g.add_argument("--min-tokens", type=count, metavar="N",
+                   help="reject documents of fewer tokens, the EOS not counted (too_few_tokens; default 1)")
+    g.add_argument("--text-column", metavar="NAME",
+                   help="the column of a table that holds the text (default: text); other columns are dropped")
+
+
+def _add_run(g: Group) -> None:
+    g.add_argument("--workers", type=positive, default=usable_cpus(),
+                   help="parallel workers: cleaning threads for media, processes for tables and text "
+                        "(default: all cores)")
+    g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
+    g.add_argument("--overwrite", action="store_true", help="replace what dataprep wrote in OUT (never other files)")
+    g.add_argument("--max-reject-fraction", type=fraction,
+                   help="fail when more than this fraction of inputs is rejected")
+    g.add_argument("--allow-empty", action="store_true",
+                   help="succeed even when no sample is kept (every input rejected, or none found)")
+    g.add_argument("--range-size", type=byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
+                   help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
+    g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
+                   help="local: this machine writes the ranges; ray: one Ray task per range on a cluster "
+                        "(OUT must be a folder every node sees; pip install 'shardfeed[ray]'). Same bytes either way")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster to use with --engine ray: auto, HOST:PORT or ray://HOST:10001 "
+                        "(default: RAY_ADDRESS, else a new local cluster)")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g.add_argument("--no-progress", action="store_true", help="no progress line even on a terminal")
+
+
+def _add_remote(g: Group) -> None:
+    g.add_argument("--staging", type=Path, default=None,
+                   help="folder for the files waiting for upload and RAW's mirror (default: the system's temporary "
+                        "folder); removed when the run ends")
+    g.add_argument("--remote-timeout", type=seconds, default=DEFAULT_REMOTE_TIMEOUT_S, metavar="SECONDS",
+                   help="a store request without progress this long, retries included, fails the run naming the URL "
+                        f"(default {DEFAULT_REMOTE_TIMEOUT_S:g})")
+
+
+def _schema(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    try:
+        doc = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--schema: cannot read {text!r}: {err}") from err
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise UsageError(f"--schema must be a JSON object of column -> type name (got {text!r})")
+    return doc
+
+
+def config_from_args(args: argparse.Namespace) -> ShardConfig:
+    """The ``ShardConfig`` of parsed ``shard`` arguments; ``UsageError`` for values the options refuse."""
+    shard_size = DEFAULT_MAX_SHARD_BYTES if args.shard_size is None and args.samples_per_shard is None \
+        else args.shard_size
+    required = tuple(c for c in args.required.split(",") if c) if args.required else None
+    try:
+        image = ImageOptions(min_side=args.min_side, max_pixels=args.max_pixels, resize_short=args.resize_short,
+                             max_side=args.max_side, quality=args.quality,
+                             reencode_format=ImageFormat(args.reencode_format))
+        table = TableOptions(schema=_schema(args.schema), required=required, dedup_on=args.dedup_on)
+        text = TextOptions(unit=TextUnit(args.text_unit))
+        tokens = TokenOptions(tokenizer=args.tokenizer, eos=args.eos, min_tokens=args.min_tokens,
+                              text_column=args.text_column)
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    return ShardConfig(
+        raw=args.raw, out=args.out, layout=None if args.layout == "auto" else Layout(args.layout),
+        output_format=OutputFormat(args.output_format), max_shard_bytes=shard_size,
+        max_samples_per_shard=args.samples_per_shard, row_group_bytes=args.row_group_size, prefix=args.prefix,
+        seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, tokens=tokens,
+        workers=args.workers,
+        follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
+        allow_empty=args.allow_empty, range_bytes=args.range_size, engine=Engine(args.engine), address=args.address,
+        staging=args.staging, remote_timeout_s=args.remote_timeout,
+    )
+
+
+def run_shard(args: argparse.Namespace, argv: Sequence[str]) -> str:
+    """Run ``dataprep shard``; the summary to print (a table, or JSON with ``--json``)."""
+    from dataprep.commands.shard import shard  # loaded on use: verify/info/index need none of it
+
+    config = config_from_args(args)
+    progress = ProgressLine(None, enabled=False if args.no_progress or args.json else None)
+    summary = shard(config, argv=("dataprep", *argv), progress=progress)
+    return json.dumps(summary.to_json(), indent=2) if args.json else format_summary(summary)
