@@ -32,7 +32,7 @@ import torch
 
 from loaders.batch_decode.decoders import BatchDecoder
 from loaders.batch_decode.encoded_batch import EncodedBatch
-from loaders.batch_decode.geometry import decode_groups, resample_chunks, window_for
+from loaders.batch_decode.geometry import decode_groups, resample_chunks, windows_for
 from loaders.batch_decode.resample import host_to_device, resample_chunk, stack_images
 from loaders.errors import ConfigError, SampleError
 from loaders.read.decode import decode_crop_resize, decode_rgb
@@ -178,9 +178,9 @@ class DeviceDecode:
             rows = sorted(images)
             self._copy_rows(out, np.array(rows, dtype=np.int64), stack_images([images[r] for r in rows]))
             return
-        windows = [window_for(row, (int(encoded.full_sizes[row, 0]), int(encoded.full_sizes[row, 1])),
-                              encoded.boxes[row], int(encoded.scales[row]), bool(encoded.flips[row]),
-                              encoded.size, encoded.interpolation) for row in images]
+        rows = list(images)
+        windows = windows_for(rows, encoded.full_sizes[rows], encoded.boxes[rows], encoded.scales[rows],
+                              encoded.flips[rows], encoded.size, encoded.interpolation)
         for chunk in resample_chunks(windows, encoded.size, self.limits.max_work_bytes):
             resized = resample_chunk(images, chunk, encoded.size, encoded.interpolation, self.device)
             self._copy_rows(out, np.array([w.row for w in chunk], dtype=np.int64), resized)

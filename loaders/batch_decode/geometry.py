@@ -12,7 +12,6 @@ one pair of batched matrix products, so that the memory either takes stays under
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,8 +19,8 @@ import numpy as np
 
 from loaders.read.decode import Interpolation
 
-__all__ = ["SUPPORT", "Axis", "Window", "axis_plan", "chunk_params", "decode_groups", "resample_chunks",
-           "window_for", "work_bytes"]
+__all__ = ["SUPPORT", "Axis", "Window", "axis_plans", "chunk_params", "decode_groups", "resample_chunks",
+           "window_for", "windows_for", "work_bytes"]
 
 # Pillow's filter supports (Resample.c), in source pixels before scaling by the downscale factor.
 SUPPORT = {Interpolation.NEAREST: 0.0, Interpolation.BOX: 0.5, Interpolation.BILINEAR: 1.0,
@@ -48,25 +47,27 @@ class Axis:
         return self.stop - self.start
 
 
-def axis_plan(in_size: int, begin: float, end: float, out_size: int, interpolation: Interpolation, *,
-              reverse: bool = False) -> Axis:
-    """The resize of source [begin, end) of an axis of ``in_size`` pixels to ``out_size`` pixels, as
-    Pillow computes it; ``reverse``: the outputs mirrored (a left-right flip after the resize)."""
-    scale = (end - begin) / out_size
-    filter_scale = max(scale, 1.0)
-    support = SUPPORT[interpolation] * filter_scale
-    centers = begin + (np.arange(out_size, dtype=np.float64) + 0.5) * scale
+def axis_plans(in_sizes: np.ndarray, begins: np.ndarray, ends: np.ndarray, out_size: int,
+               interpolation: Interpolation, reverse: np.ndarray) -> list[Axis]:
+    """Per sample, the resize of source [begin, end) of an axis of ``in_size`` pixels to ``out_size`` pixels,
+    as Pillow computes it (all samples at once: float64 [n] arguments, n results); ``reverse`` (bool [n]):
+    the outputs mirrored (a left-right flip after the resize)."""
+    scale = (ends - begins) / out_size
+    filter_scale = np.maximum(scale, 1.0)
+    support = (SUPPORT[interpolation] * filter_scale)[:, None]
+    centers = begins[:, None] + (np.arange(out_size, dtype=np.float64) + 0.5)[None, :] * scale[:, None]
+    limit = in_sizes[:, None]
     if interpolation is Interpolation.NEAREST:  # Pillow samples the pixel under the centre (its affine path)
-        lo = np.clip(np.floor(centers), 0, in_size - 1).astype(np.int64)
+        lo = np.clip(np.floor(centers), 0, limit - 1).astype(np.int64)
         hi = lo + 1
     else:
         lo = np.maximum(np.floor(centers - support + 0.5), 0).astype(np.int64)
-        hi = np.minimum(np.floor(centers + support + 0.5), in_size).astype(np.int64)
-    if reverse:
-        centers, lo, hi = centers[::-1], lo[::-1], hi[::-1]
-    start, stop = int(lo.min()), int(hi.max())
-    return Axis(start=start, stop=stop, centers=centers - start, lo=lo - start, hi=hi - start,
-                inv_scale=1.0 / filter_scale)
+        hi = np.minimum(np.floor(centers + support + 0.5), limit).astype(np.int64)
+    flipped = reverse[:, None]
+    centers, lo, hi = (np.where(flipped, a[:, ::-1], a) for a in (centers, lo, hi))
+    starts, stops = lo.min(axis=1), hi.max(axis=1)
+    return [Axis(start=int(start), stop=int(stop), centers=centers[k] - start, lo=lo[k] - start, hi=hi[k] - start,
+                 inv_scale=float(1.0 / filter_scale[k])) for k, (start, stop) in enumerate(zip(starts, stops))]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,17 +85,26 @@ class Window:
     x: Axis
 
 
+def windows_for(rows: Sequence[int], full_sizes: np.ndarray, boxes: np.ndarray, scales: np.ndarray,
+                flips: np.ndarray, out: tuple[int, int], interpolation: Interpolation) -> list[Window]:
+    """The windows of samples ``rows`` (all at once): full_sizes int64 [n, 2] (height, width), boxes
+    float64 [n, 4] (left, top, width, height) in full-resolution pixels, scales int64 [n] (the CPU path's
+    DCT scales), flips bool [n]; out (height, width)."""
+    n = scales.astype(np.int64)
+    heights, widths = full_sizes[:, 0].astype(np.int64), full_sizes[:, 1].astype(np.int64)
+    left, top, box_w, box_h = (boxes[:, k] / n for k in range(4))
+    xs = axis_plans(-(-widths // n), left, left + box_w, out[1], interpolation, flips.astype(bool))
+    ys = axis_plans(-(-heights // n), top, top + box_h, out[0], interpolation, np.zeros(len(n), dtype=bool))
+    return [Window(row=row, scale=int(s), top=y.start * int(s), bottom=min(y.stop * int(s), int(h)),
+                   left=x.start * int(s), right=min(x.stop * int(s), int(w)), y=y, x=x)
+            for row, s, h, w, x, y in zip(rows, n, heights, widths, xs, ys)]
+
+
 def window_for(row: int, full: tuple[int, int], box: Sequence[float], scale: int, flip: bool,
                out: tuple[int, int], interpolation: Interpolation) -> Window:
-    """Sample ``row``'s window: full (height, width), box (left, top, width, height) in full-resolution
-    pixels, the CPU path's DCT scale, out (height, width)."""
-    height, width = full
-    n = scale
-    left, top, box_w, box_h = (float(v) / n for v in box)
-    x = axis_plan(math.ceil(width / n), left, left + box_w, out[1], interpolation, reverse=flip)
-    y = axis_plan(math.ceil(height / n), top, top + box_h, out[0], interpolation)
-    return Window(row=row, scale=n, top=y.start * n, bottom=min(y.stop * n, height), left=x.start * n,
-                  right=min(x.stop * n, width), y=y, x=x)
+    """One sample's window (``windows_for`` of one): full (height, width), box (left, top, width, height)."""
+    return windows_for([row], np.array([full], dtype=np.int64), np.array([box], dtype=np.float64),
+                       np.array([scale], dtype=np.int64), np.array([flip]), out, interpolation)[0]
 
 
 def work_bytes(count: int, span: tuple[int, int], out: tuple[int, int]) -> int:
@@ -130,12 +140,11 @@ def chunk_params(chunk: Sequence[Window], out: tuple[int, int]) -> np.ndarray:
     float64 as Pillow computes them: a tap on a filter's edge (the box filter's +-0.5) stays on its side."""
     out_h, out_w = out
     params = np.zeros((len(chunk), 2, 4, max(out_h, out_w)), dtype=np.float64)
-    for k, window in enumerate(chunk):
-        for a, (axis, size) in enumerate(((window.x, out_w), (window.y, out_h))):
-            params[k, a, 0, :size] = axis.centers
-            params[k, a, 1, :size] = axis.lo
-            params[k, a, 2, :size] = axis.hi
-            params[k, a, 3, :] = axis.inv_scale
+    for a, (axes, size) in enumerate((([w.x for w in chunk], out_w), ([w.y for w in chunk], out_h))):
+        params[:, a, 0, :size] = np.stack([axis.centers for axis in axes])
+        params[:, a, 1, :size] = np.stack([axis.lo for axis in axes])
+        params[:, a, 2, :size] = np.stack([axis.hi for axis in axes])
+        params[:, a, 3, :] = np.array([axis.inv_scale for axis in axes])[:, None]
     return params
 
 
