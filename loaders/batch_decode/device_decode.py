@@ -105,6 +105,8 @@ class DeviceDecode:
     """
 
     def __init__(self, device: torch.device, decoder: BatchDecoder, limits: DecodeLimits | None = None) -> None:
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.decoder = decoder
         self.limits = limits or DecodeLimits()
@@ -153,17 +155,21 @@ class DeviceDecode:
 
     def _decode_group(self, encoded: EncodedBatch, group: list[int], on_host: dict[int, np.ndarray],
                       failures: list[SampleFailure]) -> dict[int, torch.Tensor]:
-        """row -> uint8 [3, H, W] on the device for the rows of ``group`` the batch decoder decodes;
-        the others decoded on the host into ``on_host`` or recorded in ``failures``."""
+        """row -> uint8 [3, H, W] on the device for the rows of ``group`` the batch decoder decodes (at the
+        size the header gave); the others decoded on the host into ``on_host`` or recorded in ``failures``."""
         try:
-            return dict(zip(group, self.decoder.decode([encoded.encoded(row) for row in group])))
+            images = dict(zip(group, self.decoder.decode([encoded.encoded(row) for row in group])))
         except (RuntimeError, ValueError):
-            pass  # decode them one by one, below, to find which
-        images: dict[int, torch.Tensor] = {}
+            images = {}
+            for row in group:  # one by one, to find which
+                try:
+                    images[row] = self.decoder.decode([encoded.encoded(row)])[0]
+                except (RuntimeError, ValueError):
+                    continue
         for row in group:
-            try:
-                images[row] = self.decoder.decode([encoded.encoded(row)])[0]
-            except (RuntimeError, ValueError):
+            image = images.get(row)
+            if image is None or tuple(image.shape) != (3, *encoded.full_sizes[row]):  # shapes are host metadata
+                images.pop(row, None)
                 try:
                     on_host[row] = decode_like_cpu(encoded, row)
                 except SampleError as err:
@@ -187,9 +193,9 @@ class DeviceDecode:
 
     def _copy_rows(self, out: torch.Tensor, rows: np.ndarray, images: torch.Tensor) -> None:
         """``out[rows] = images`` (uint8 [k, h, w, 3], CPU or on the device), asynchronously on CUDA."""
-        if images.device != self.device:
+        if images.device.type == "cpu" and self.device.type != "cpu":
             if self.device.type == "cuda" and not images.is_pinned():
-                images = images.pin_memory()
+                images = images.pin_memory()  # an asynchronous copy needs page-locked memory
             images = images.to(self.device, non_blocking=True)
         out.index_copy_(0, host_to_device(rows, self.device), images)
 

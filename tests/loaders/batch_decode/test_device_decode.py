@@ -182,3 +182,15 @@ def test_the_dct_scale_of_a_plan_is_the_cpu_paths() -> None:
 def test_limits_are_checked(value: object) -> None:
     with pytest.raises(ConfigError, match="max_decoded_bytes"):
         DecodeLimits(max_decoded_bytes=value)  # type: ignore[arg-type]
+
+
+def test_an_image_decoded_at_another_size_than_its_header_says_is_redone_by_the_cpu_path() -> None:
+    class Clipping(HostDecoder):  # a decoder that returns the second image short of a row
+        def decode(self, encoded: Any) -> list[torch.Tensor]:
+            images = super().decode(encoded)
+            return [image[:, :-1] if len(images) > 1 and k == 1 else image for k, image in enumerate(images)]
+
+    decoder = DeviceDecode(CPU, Clipping(threads=2))
+    cpu, device, _ = _both(RandomResizedCropDecode(48), [photo_jpeg(96, 128, seed=k) for k in range(3)], decoder)
+    assert np.array_equal(device[1], cpu[1])
+    assert (decoder.counts().device, decoder.counts().host_retried) == (2, 1)
