@@ -114,6 +114,12 @@ def write_image_shards(directory: Path, images: Sequence[bytes], per_shard: int 
     return directory
 
 
+def level_difference(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> float:
+    """Mean absolute difference of two uint8 images (numpy or CPU tensors), in 8-bit levels."""
+    left, right = (np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.int16) for x in (a, b))
+    return float(np.abs(left - right).mean())
+
+
 def smooth_images(count: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
     """Smooth float32 [B, 3, H, W] in 0..1 (bicubically upsampled 6x6 noise, like natural content), CPU."""
     coarse = torch.rand(count, 3, 6, 6, generator=torch.Generator().manual_seed(seed))

@@ -28,7 +28,7 @@ from loaders.errors import ConfigError, SampleError
 from loaders.read.decode import dct_scale_for
 from loaders.read.decode_plan import planning
 from loaders.read.transforms import CenterCropDecode, DecodeImage, RandomResizedCropDecode
-from tests.loaders.helpers import image_flavours, photo_jpeg
+from tests.loaders.helpers import image_flavours, level_difference, photo_jpeg
 
 MAD_PER_IMAGE = 1.5  # mean |difference| per image, 8-bit levels (see the module docstring)
 MAD_ALL = 0.75  # mean |difference| over a set of images
@@ -68,10 +68,6 @@ def _both(transform: Any, images: list[bytes], decoder: DeviceDecode | None = No
     return cpu, out.numpy(), encoded
 
 
-def _mad(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
-
-
 @pytest.fixture(scope="module")
 def photos() -> list[bytes]:
     return _photos(18)
@@ -80,7 +76,7 @@ def photos() -> list[bytes]:
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
 def test_device_pixels_are_the_cpu_paths_within_the_stated_tolerance(name: str, photos: list[bytes]) -> None:
     cpu, device, encoded = _both(TRANSFORMS[name](), photos)
-    mads = [_mad(c, d) for c, d in zip(cpu, device)]
+    mads = [level_difference(c, d) for c, d in zip(cpu, device)]
     assert max(mads) <= MAD_PER_IMAGE, mads
     assert np.mean(mads) <= MAD_ALL, mads
     assert max(int(np.abs(c.astype(np.int16) - d).max()) for c, d in zip(cpu, device)) <= MAX_PIXEL
@@ -115,7 +111,7 @@ def test_a_jpeg_the_batch_decoder_refuses_is_decoded_on_the_host_by_the_cpu_path
     images = [flavours["baseline"], flavours["bad_scan"], flavours["progressive"]]
     cpu, device, _ = _both(RandomResizedCropDecode(48), images, decoder)
     assert np.array_equal(device[1], cpu[1])  # Pillow's decode of the damaged scan, as the CPU path gives it
-    assert _mad(device[0], cpu[0]) <= MAD_PER_IMAGE and _mad(device[2], cpu[2]) <= MAD_PER_IMAGE
+    assert level_difference(device[0], cpu[0]) <= MAD_PER_IMAGE and level_difference(device[2], cpu[2]) <= MAD_PER_IMAGE
     counts = decoder.counts()
     assert (counts.device, counts.host_retried, counts.failed) == (2, 1, 0)
 

@@ -21,7 +21,7 @@ from loaders import Compose, DataLoader, DecodeLabel, RandomResizedCropDecode, S
 from loaders.batch_decode import DeviceDecode, NvjpegDecoder, device_decoder_problem, pack_encoded
 from loaders.read.decode_plan import planning
 from tests.loaders.batch_decode.test_device_decode import MAD_ALL, MAD_PER_IMAGE, TRANSFORMS, _photos
-from tests.loaders.helpers import image_flavours, photo_jpeg, write_image_shards
+from tests.loaders.helpers import image_flavours, level_difference, photo_jpeg, write_image_shards
 
 GPU_MAD_PER_IMAGE = MAD_PER_IMAGE + 0.5
 GPU_MAD_ALL = MAD_ALL + 0.5
@@ -37,10 +37,6 @@ def _cuda_problem() -> str | None:
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_cuda_problem() is not None, reason=str(_cuda_problem()))]
 
 
-def _mads(cpu: list[np.ndarray], device: np.ndarray) -> list[float]:
-    return [float(np.abs(c.astype(np.int16) - d.astype(np.int16)).mean()) for c, d in zip(cpu, device)]
-
-
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
 def test_nvjpeg_pixels_are_the_cpu_paths_within_the_gpu_tolerance(name: str) -> None:
     transform, photos = TRANSFORMS[name](), _photos(18)
@@ -52,7 +48,7 @@ def test_nvjpeg_pixels_are_the_cpu_paths_within_the_gpu_tolerance(name: str) -> 
     encoded = pack_encoded(plans, lambda shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=True))
     out, failures = DeviceDecode(device, NvjpegDecoder(device)).decode_field(encoded)
     assert failures == [] and out.device.type == "cuda" and out.dtype == torch.uint8
-    mads = _mads(cpu, out.cpu().numpy())
+    mads = [level_difference(c, d) for c, d in zip(cpu, out.cpu().numpy())]
     assert max(mads) <= GPU_MAD_PER_IMAGE, mads
     assert np.mean(mads) <= GPU_MAD_ALL, mads
 
@@ -84,7 +80,7 @@ def test_auto_decodes_on_the_gpu_counts_fallbacks_and_gives_its_memory_back(mixe
     assert (stats.counts.device, stats.counts.worker) == (22, 2)
     assert stats.counts.worker_reasons == {"png": 1, "cmyk": 1}
     assert [keys for keys, _ in gpu] == [keys for keys, _ in cpu]
-    mads = [float((a.int() - b.int()).abs().float().mean()) for (_, x), (_, y) in zip(cpu, gpu) for a, b in zip(x, y)]
+    mads = [level_difference(a, b) for (_, x), (_, y) in zip(cpu, gpu) for a, b in zip(x, y)]
     assert max(mads) <= GPU_MAD_PER_IMAGE and np.mean(mads) <= GPU_MAD_ALL
     del gpu
     gc.collect()
