@@ -12,7 +12,9 @@ What changes without any other edit:
 - a deterministic, resumable order: ``state_dict()`` / ``load_state_dict()``;
 - a dataset's own exception class in the training loop, with a note naming worker,
   batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
-- ``device=...``: batches arrive on the device, copied ahead on a side stream.
+- ``device=...``: batches arrive on the device, copied ahead on a side stream;
+- ``decode="device"`` (the default on CUDA where nvJPEG works): JPEGs decode on the device, a batch
+  at a time, the workers only read bytes and draw crops (``loaders.batch_decode``).
 
 This class is a facade: it resolves its arguments once into a frozen
 ``loaders.loader.settings.LoaderSettings``, and holds the owner of (epoch, position)
@@ -36,10 +38,12 @@ import torch
 import torch.utils.data
 from torch.utils.data import BatchSampler, default_convert
 
+from loaders.batch_decode.choice import DecodeMode
 from loaders.errors import ConfigError
 from loaders.loader.batch_plan import BatchPlan, own_sampler
 from loaders.loader.batch_source import BatchSource, IterableSource, SourceRequest, length_or_none
 from loaders.loader.collate import default_collate
+from loaders.loader.decode_stage import LoaderStats, decode_stage, loader_stats
 from loaders.loader.epoch_pass import Chain, LoaderIterator, Passes
 from loaders.loader.failures import FailurePolicy
 from loaders.loader.pool import WorkerPool
@@ -57,7 +61,7 @@ from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, Work
 from loaders.read.topology import loader_topology
 from loaders.validate import check_int
 
-__all__ = ["DataLoader", "OnError", "WorkerType"]
+__all__ = ["DataLoader", "DecodeMode", "OnError", "WorkerType"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +118,15 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     device, device_transform, device_prefetch: yield batches on ``device``, copied
         ``device_prefetch`` (default 2) batches ahead on a side stream, ``device_transform``
         run there with each batch's (epoch, batch_index, rank) (``loaders.loader.keyed_transform``).
+    decode: "auto" (default), "cpu" or "device". "device": the workers read each JPEG's bytes and
+        draw its crop from the sample's keyed rng (exactly the CPU path's draws) without decoding;
+        each batch decodes on ``device`` in one call (CUDA: nvJPEG through torchvision; CPU: the
+        host's threads) and is cropped and resized there in batched kernels, on the side stream,
+        before ``device_transform``; images the device decoder cannot take (PNG, WebP, CMYK...)
+        decode in the worker, counted in ``stats()``. Needs a dataset declaring
+        ``can_defer_decode = True`` (ours, with loaders' decode transforms) and no collate_fn.
+        "auto": "device" where ``device`` is CUDA and all that holds, else "cpu" (the worker
+        decodes, today's path). See ``loaders.batch_decode``.
 
     Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
     ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
@@ -135,10 +148,11 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                  pin_memory_device: str = "", in_order: bool = True, worker_type: str = "auto",
                  threads_per_worker: int = 1, seed: int | None = None, on_error: str = "raise",
                  max_skips: int | float = 0, device: str | torch.device | None = None,
-                 device_transform: Callable[[Any], Any] | None = None, device_prefetch: int = 2) -> None:
+                 device_transform: Callable[[Any], Any] | None = None, device_prefetch: int = 2,
+                 decode: str = "auto") -> None:
         options = LoaderOptions(worker_type=worker_type, threads_per_worker=threads_per_worker, seed=seed,
                                 on_error=on_error, max_skips=max_skips, device=device,
-                                device_transform=device_transform, device_prefetch=device_prefetch)
+                                device_transform=device_transform, device_prefetch=device_prefetch, decode=decode)
         topology = loader_topology(getattr(dataset, "topology", None))
         workers = default_workers(dataset, topology) if num_workers is None else num_workers
         persistent = isinstance(workers, int) and workers > 0 if persistent_workers is None else persistent_workers
@@ -157,7 +171,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self._progress = Progress()
         self._passes = Passes(self._progress)
         self._chain = Chain(self._settings, self._make_source(), WorkerPool(self._settings),
-                            FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress)
+                            FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress,
+                            decode=decode_stage(self._settings))
 
     def _make_source(self) -> BatchSource:
         """Where batches come from: an iterable's own order, the dataset's own source, or the sampler's
@@ -222,6 +237,15 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     @property
     def device_transform(self) -> Callable[[Any], Any] | None:
         return self._settings.device_transform
+
+    @property
+    def decode(self) -> DecodeMode:
+        """Where JPEGs decode: "cpu" (in the workers) or "device" ("auto" resolved; ``stats()`` says why)."""
+        return self._settings.decode
+
+    def stats(self) -> LoaderStats:
+        """Where samples were decoded and why (``LoaderStats.decode``: mode, reason, decoder, counts)."""
+        return loader_stats(self._settings, self._chain.decode)
 
     @property
     def pool(self) -> WorkerPool:
@@ -291,9 +315,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                         "use iter(loader), not torch.utils.data.DataLoader.__iter__")
 
     def close(self) -> None:
-        """End the current iteration and stop all workers (threads joined, processes shut down)."""
+        """End the current iteration and stop all workers (threads joined, processes shut down) and the
+        device decoder's threads."""
         self._passes.end()
         self._chain.pool.close()
+        if self._chain.decode is not None:
+            self._chain.decode.close()
 
     def __enter__(self) -> DataLoader[T]:
         return self
@@ -306,6 +333,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         chain = self.__dict__.get("_chain")
         if chain is not None:
             chain.pool.close(wait=False)
+            if chain.decode is not None:
+                chain.decode.close(wait=False)
 
     # ------------------------------------------------------------ resume state
 

@@ -37,7 +37,7 @@ def make_workers(settings: LoaderSettings, epoch_sync: EpochSync) -> Workers:
             settings.dataset, collate=CollateGuard(settings.collate_fn, settings.auto_collation),
             stock=settings.process_args,
             init=WorkerInit(settings.seed, settings.threads_per_worker, settings.worker_init_fn, rank=settings.rank),
-            skip_errors=settings.skip_errors, epoch_sync=epoch_sync,
+            skip_errors=settings.skip_errors, epoch_sync=epoch_sync, plan_decode=settings.plan_decode,
             # Workers the user did not ask for must not fail where the main process would not.
             fallback=None if settings.workers_given or settings.iterable else batch_builder(settings, epoch_sync))
     if settings.num_workers == 0:
@@ -55,7 +55,8 @@ def batch_builder(settings: LoaderSettings, epoch_sync: EpochSync) -> BatchBuild
         warnings.warn("'pin_memory' is True but CUDA is not available: batches are not pinned", stacklevel=5)
     if pin:
         collate = pinned_collate if collate is default_collate else PinAfter(collate)
-    return BatchBuilder(settings.dataset, collate, settings.auto_collation, settings.skip_errors, epoch_sync)
+    return BatchBuilder(settings.dataset, collate, settings.auto_collation, settings.skip_errors, epoch_sync,
+                        plan_decode=settings.plan_decode)
 
 
 class WorkerPool:

@@ -44,7 +44,7 @@ from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
-from loaders.read.transforms import transform_releases_gil
+from loaders.read.transforms import transform_can_defer_decode, transform_releases_gil
 from loaders.validate import invalid
 
 Sample = dict[str, Any]
@@ -133,6 +133,9 @@ class _Keyed(abc.ABC):
         # written with PIL holds it for part of its work: 0.88x stock in threads, issue 20), and one
         # drawing from the global RNGs is only reproducible where each call reseeds them (processes).
         self.releases_gil = transform_releases_gil(transform)
+        # What DataLoader(decode="device" / "auto") needs: the images come from this package's decode
+        # transforms with nothing after them reading the pixels, so workers may hand on decode plans.
+        self.can_defer_decode = transform_can_defer_decode(transform)
         self._warn_if_the_cache_thrashes()
 
     @abc.abstractmethod

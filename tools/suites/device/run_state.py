@@ -20,7 +20,9 @@ class Plan:
 
     bench: the GPU measurements' sizes; raw_images / decode_images: synthetic images made
     for part 2 / for the decode step; e2e_workers, scale_workers, writer_processes: what
-    the rows of part 2 sweep; loader_batch, loader_epochs: batch size and epochs (persistent
+    the rows of part 2 sweep; device_decode_workers / cpu_decode_workers: the worker counts
+    of end_to_end_decode's decode="device" rows / of its CPU-decoding rows (ours in
+    processes, stock); loader_batch, loader_epochs: batch size and epochs (persistent
     workers, each epoch's first batch left out of the rate) of the scaling loader rows;
     pytest_targets: what ``pytest -m gpu`` collects; pytest_timeout_s: its limit.
     """
@@ -29,6 +31,8 @@ class Plan:
     raw_images: int
     decode_images: int
     e2e_workers: tuple[int, ...]
+    device_decode_workers: tuple[int, ...]
+    cpu_decode_workers: tuple[int, ...]
     scale_workers: tuple[int, ...]
     writer_processes: tuple[int, ...]
     loader_batch: int
