@@ -33,24 +33,13 @@ from PIL import Image
 from torch.utils.data import DataLoader as StockLoader
 from torch.utils.data import Dataset
 
-from dataprep.synthetic import photo_like
 from loaders import DataLoader
 from loaders.loader.batch_source import Job
+from tests.samples import photo_pixels
 
 # ---------------------------------------------------------------- images
 
 
-def photo_pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
-    """A photo-like RGB image: uint8 [H, W, 3], CPU, a function of ``seed``."""
-    return photo_like(height, width, np.random.default_rng(seed))
-
-
-def photo_jpeg(height: int, width: int, *, seed: int = 0, mode: str = "RGB", quality: int = 90,
-               **options: object) -> bytes:
-    """``photo_pixels(height, width, seed)`` as a JPEG (converted to ``mode`` first), with Pillow's ``options``."""
-    buffer = io.BytesIO()
-    Image.fromarray(photo_pixels(height, width, seed)).convert(mode).save(buffer, "JPEG", quality=quality, **options)
-    return buffer.getvalue()
 
 
 def _scrambled(data: bytes, start: int, count: int) -> bytes:

@@ -28,7 +28,8 @@ from loaders.errors import ConfigError, SampleError
 from loaders.read.decode import dct_scale_for
 from loaders.read.decode_plan import planning
 from loaders.read.transforms import CenterCropDecode, DecodeImage, RandomResizedCropDecode
-from tests.loaders.helpers import image_flavours, level_difference, photo_jpeg
+from tests.loaders.helpers import image_flavours, level_difference
+from tests.samples import photo_jpeg
 
 MAD_PER_IMAGE = 1.5  # mean |difference| per image, 8-bit levels (see the module docstring)
 MAD_ALL = 0.75  # mean |difference| over a set of images

@@ -21,7 +21,8 @@ from loaders import Compose, DataLoader, DecodeLabel, RandomResizedCropDecode, S
 from loaders.batch_decode import DeviceDecode, NvjpegDecoder, device_decoder_problem, pack_encoded
 from loaders.read.decode_plan import planning
 from tests.loaders.batch_decode.test_device_decode import MAD_ALL, MAD_PER_IMAGE, TRANSFORMS, _photos
-from tests.loaders.helpers import image_flavours, level_difference, photo_jpeg, write_image_shards
+from tests.loaders.helpers import image_flavours, level_difference, write_image_shards
+from tests.samples import photo_jpeg
 
 GPU_MAD_PER_IMAGE = MAD_PER_IMAGE + 0.5
 GPU_MAD_ALL = MAD_ALL + 0.5

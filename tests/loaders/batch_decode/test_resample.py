@@ -15,7 +15,7 @@ from loaders.batch_decode.geometry import (
 )
 from loaders.batch_decode.resample import resample_chunk
 from loaders.read.decode import Interpolation, pil_filter
-from tests.loaders.helpers import photo_pixels
+from tests.samples import photo_pixels
 
 CPU = torch.device("cpu")
 BOXES = [(0.0, 0.0, 160.0, 120.0), (13.0, 7.0, 97.0, 61.0), (10.25, 3.5, 120.5, 99.75), (100.0, 40.0, 21.0, 33.0),

@@ -30,13 +30,8 @@ from loaders import (
 )
 from loaders.augment import Augment, RandomHorizontalFlip
 from tests.loaders.batch_decode.test_device_decode import MAD_ALL, MAD_PER_IMAGE
-from tests.loaders.helpers import (
-    default_start_method,
-    image_flavours,
-    level_difference,
-    photo_jpeg,
-    write_image_shards,
-)
+from tests.loaders.helpers import default_start_method, image_flavours, level_difference, write_image_shards
+from tests.samples import photo_jpeg
 from tests.loaders.resume_harness import check_resume_chain
 
 WORKERS = [(0, "thread"), (2, "thread"), (2, "process")]

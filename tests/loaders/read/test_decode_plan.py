@@ -20,7 +20,8 @@ from loaders.read.transforms import (
     RandomResizedCropDecode,
     transform_can_defer_decode,
 )
-from tests.loaders.helpers import image_flavours, photo_jpeg
+from tests.loaders.helpers import image_flavours
+from tests.samples import photo_jpeg
 
 FLAVOURS = image_flavours()
 
