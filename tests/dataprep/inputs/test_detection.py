@@ -124,8 +124,8 @@ def test_requested_layout_is_checked_and_described(tmp_path):
         choose_layout(raw, "images")  # type: ignore[arg-type]
     # A layout RAW holds nothing of is the user's call, said in the reason (the run then rejects every file).
     assert choose_layout(raw, Layout.TABLE).reason == (
-        "table (as requested with --layout): no table files (.csv, .jsonl, .ndjson, .parquet, .tsv) among 3 files; "
-        "all will be rejected"
+        "table (as requested with --layout): no table files (.csv, .json, .jsonl, .ndjson, .parquet, .tsv) among "
+        "3 files; all will be rejected"
     )
     assert "no text files" in choose_layout(raw, Layout.TEXT).reason
     assert "no images" in choose_layout(files_at(tmp_path / "t", "a.csv", data=b"x"), Layout.IMAGE_FOLDER).reason
