@@ -17,11 +17,14 @@ Libraries (declared in pyproject.toml; speeds in tools/RESULTS.md §19):
 
 Damage: a decoder that finds its data truncated (the file ends before the end-of-stream marker) or corrupt
 raises; ``InputStream.damage`` turns that error into a ``StreamDamage`` (codec, compressed byte offset, the
-decoder's words) and an I/O error of the file itself into None (the caller's ``unreadable``). The offset is
-how many compressed bytes the decoder had read when it found the damage: a truncated file's size; for
-corrupt data, the damage lies in the last ``PIECE_BYTES`` read, or earlier when the codec sees it only
-through a checksum at the end of a member or block (gzip's CRC-32 per member: a corrupt stretch that still
-decodes is then found there, after what it decoded was read).
+decoder's words) and an I/O error of the file itself into None (the caller's ``unreadable``). A decoder's
+failing call loses what it decoded in that call, so a damaged file is read a second time (``ExactRead``):
+the same bytes up to what the first reading handed on, then one decoded byte asked at a time and, over the
+compressed piece where the first reading failed, one compressed byte given at a time. The second reading
+hands on all the decoder can decode before the damage and finds it at its byte: a truncated file's size,
+or the byte where the decoder failed. A codec that checks a checksum only at the end of a member or block
+(gzip's CRC-32 per member, bzip2's and xz's per block, zstd's per frame) finds there a corrupt stretch that
+still decodes, after handing on what it decoded from it.
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ try:
 except ImportError:  # isal has wheels for the common platforms; elsewhere zlib reads gzip, ~3.5x slower
     igzip = None  # type: ignore[assignment]  # a module or None: _gzip asks which
 
-# Compressed bytes the decoder reads at a time: the precision of a damage's offset.
+# Compressed bytes the decoder reads at a time, and decompressed bytes asked of it at a time: a first reading
+# loses at most one such step before damage, which the second reading (``ExactRead``) goes over byte by byte.
 PIECE_BYTES = 64 * 2**10
-# Decompressed bytes asked of the decoder at a time (a line longer than this is read in several).
+DECODE_STEP_BYTES = 256 * 2**10
 _STREAM_BUFFER_BYTES = 1 * 2**20
 _PLAIN_BUFFER_BYTES = 256 * 2**10
 
@@ -82,15 +86,28 @@ class StreamDamage:
     truncated: bool
 
     def describe(self, records: int) -> str:
-        """The detail of a ``corrupt_compressed`` reject: what, where, and the ``records`` read before it."""
+        """The detail of a ``corrupt_compressed`` reject: what, where, and how many ``records`` were read before it."""
         what = "ends early (truncated)" if self.truncated else "is corrupt"
         return (f"{self.codec} data {what}: found at compressed byte {self.offset} of {self.size} ({self.error}); "
-                f"{records} records read before it are kept")
+                f"{records} records read before it, each kept or rejected on its own; nothing after it is read")
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRead:
+    """Where a second reading of a damaged file goes one byte at a time (module doc).
+
+    compressed_from: compressed bytes in, where the decoder is then given one byte at a time (the start of
+    the piece where the first reading failed); decoded_from: decompressed bytes in (what the first reading
+    handed on), from which one byte at a time is asked of the decoder.
+    """
+
+    compressed_from: int
+    decoded_from: int
 
 
 class _CountingSource(io.RawIOBase):
-    """A compressed file as its decoder reads it, the bytes read counted: ``PIECE_BYTES`` at a time, and one
-    at a time from ``exact_from`` on (so that damage there is found at its byte)."""
+    """A compressed file as its decoder reads it, the bytes read counted: ``PIECE_BYTES`` at a time, one at a
+    time from ``exact_from`` on."""
 
     def __init__(self, raw: io.RawIOBase, exact_from: int | None) -> None:
         super().__init__()
@@ -117,18 +134,26 @@ class _CountingSource(io.RawIOBase):
 
 
 class _Decoded(io.RawIOBase):
-    """A decoder's output as a raw stream: a read returns what one step of the decoder gives, so that what it
-    decoded before finding damage is handed on, not lost with a half-filled buffer."""
+    """A decoder's output as a raw stream: a read returns what one step of the decoder gives (at most
+    ``DECODE_STEP_BYTES``; one byte from ``exact_from`` on), so that what it decodes before damage is handed
+    on, not lost with a half-filled buffer."""
 
-    def __init__(self, decoder: io.BufferedIOBase) -> None:
+    def __init__(self, decoder: io.BufferedIOBase, exact_from: int | None) -> None:
         super().__init__()
         self._decoder = decoder
+        self._exact_from = exact_from
+        self._position = 0  # decompressed bytes handed on
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:  # any writable buffer, as io's
-        return self._decoder.readinto1(buffer)
+        step = DECODE_STEP_BYTES
+        if self._exact_from is not None:  # up to the exact stretch in steps, never across its start
+            step = min(step, self._exact_from - self._position) if self._position < self._exact_from else 1
+        n = self._decoder.readinto1(memoryview(buffer).cast("B")[:step])
+        self._position += n
+        return n
 
 
 def _gzip(source: IO[bytes]) -> BinaryIO:
@@ -181,13 +206,12 @@ class InputStream:
 
 
 @contextmanager
-def open_input(path: Path, *, start: int = 0, exact_from: int | None = None) -> Iterator[InputStream]:
+def open_input(path: Path, *, start: int = 0, exact: ExactRead | None = None) -> Iterator[InputStream]:
     """``path`` open for reading from byte ``start`` (a plain file only: a compressed one is read from its start).
 
-    The codec comes from the name (``names.codec_of``). ``exact_from``: compressed bytes from which the
-    decoder is given one byte at a time (a second reading of a damaged file: it then stops at the damage's
-    byte, having decoded all it could before it). Raises OSError when the file cannot be opened, ValueError
-    for a ``start`` inside a compressed file (it cannot be entered but at its start).
+    The codec comes from the name (``names.codec_of``). ``exact``: a second reading of a damaged compressed
+    file (module doc). Raises OSError when the file cannot be opened, ValueError for a ``start`` inside a
+    compressed file (it cannot be entered but at its start).
     """
     codec = codec_of(os.fspath(path))
     if codec is not None and start:
@@ -199,8 +223,9 @@ def open_input(path: Path, *, start: int = 0, exact_from: int | None = None) -> 
                 raw.seek(start)
             yield InputStream(path, None, size, raw)
             return
-        source = _CountingSource(cast(io.RawIOBase, raw), exact_from)
+        source = _CountingSource(cast(io.RawIOBase, raw), exact.compressed_from if exact else None)
         with _DECODERS[codec](cast(IO[bytes], source)) as decoder:
             # A buffer of its own: the decoders' readline fills an 8 KiB buffer at a time (many small calls).
-            stream = io.BufferedReader(_Decoded(cast(io.BufferedIOBase, decoder)), buffer_size=_STREAM_BUFFER_BYTES)
+            decoded = _Decoded(cast(io.BufferedIOBase, decoder), exact.decoded_from if exact else None)
+            stream = io.BufferedReader(decoded, buffer_size=_STREAM_BUFFER_BYTES)
             yield InputStream(path, codec, size, stream, source)

@@ -5,9 +5,9 @@ in pieces, never held whole, and a damaged compressed stream ends the file with 
 ``LongLine`` for a line whose bytes before its ``\\n`` exceed ``max_record_bytes``, and, when a compressed
 file is damaged, a last ``StreamDamage``. The partial line the damage cuts is not yielded: it is not a
 complete record. Lines decoded before the damage are all yielded: when a decoder fails, the file is read
-again up to what was already handed on, its compressed bytes then given one at a time over the piece where
-it failed (``compressed.open_input``'s ``exact_from``), so the decoder hands on everything it can decode
-before the damage and the damage's offset is that byte (a damaged file is rare; it costs one more pass).
+again (``compressed.ExactRead``), up to what was already handed on and then byte by byte, so the decoder
+hands on everything it can decode before the damage and the damage's offset is its byte (a damaged file is
+rare; it costs one more reading).
 
 ``read_whole`` is the same for a file read as one record (``--text-unit file``).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from dataprep.inputs.compressed import DECODER_ERRORS, StreamDamage, open_input
+from dataprep.inputs.compressed import DECODER_ERRORS, ExactRead, StreamDamage, open_input
 
 # --max-record-bytes' default: a record (a line, a row, a text file) longer than this is a record_too_long reject.
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
@@ -29,10 +29,12 @@ _SKIP_BYTES = 1 * 2**20  # a long line is skipped this many bytes at a time
 @dataclass(frozen=True, slots=True)
 class LongLine:
     """A line longer than the record limit, skipped without being held: ``nbytes`` it takes in the stream,
-    its ``\\n`` included when ``terminated``."""
+    its ``\\n`` included when ``terminated``; ``odd_quotes``: it holds an odd number of ``"`` (it opens or
+    closes a quoted CSV field: a CSV reader is then told so, and stays in step)."""
 
     nbytes: int
     terminated: bool
+    odd_quotes: bool = False
 
     @property
     def record_bytes(self) -> int:
@@ -67,18 +69,18 @@ def read_lines(path: Path, max_record_bytes: int, *, start: int = 0, end: int | 
             progress.damage = src.damage(err)
             if progress.damage is None:
                 raise
-            exact_from = src.piece_start
+            exact = ExactRead(src.piece_start, progress.consumed)
         else:
             if (damage := src.end_damage()) is not None:
                 yield damage
             return
-    yield from _lines_before_damage(path, max_record_bytes, progress, exact_from)
+    yield from _lines_before_damage(path, max_record_bytes, progress, exact)
 
 
-def _lines_before_damage(path: Path, max_record_bytes: int, progress: _Progress, exact_from: int) -> Iterator[Line]:
-    """A damaged file read again: what was handed on skipped, the failing piece decoded byte by byte, its damage."""
+def _lines_before_damage(path: Path, max_record_bytes: int, progress: _Progress, exact: ExactRead) -> Iterator[Line]:
+    """A damaged file read again: what was handed on skipped, then byte by byte up to the damage, and its damage."""
     first = progress.damage
-    with open_input(path, exact_from=exact_from) as src:
+    with open_input(path, exact=exact) as src:
         try:
             _skip(src.stream, progress.consumed)
             yield from _lines(src.stream, max_record_bytes, progress)
@@ -103,7 +105,7 @@ def _lines(stream: BinaryIO, max_record_bytes: int, progress: _Progress) -> Iter
     readline, stop_at = stream.readline, progress.stop_at
     while (stop_at is None or progress.consumed < stop_at) and (line := readline(max_record_bytes + 1)):
         if len(line) > max_record_bytes and not line.endswith(b"\n"):
-            long = _skip_line(readline, len(line))
+            long = _skip_line(readline, line)
             progress.consumed += long.nbytes
             yield long
             continue
@@ -111,13 +113,14 @@ def _lines(stream: BinaryIO, max_record_bytes: int, progress: _Progress) -> Iter
         yield line
 
 
-def _skip_line(readline: Callable[[int], bytes], read: int) -> LongLine:
-    """The rest of a long line read and dropped ``_SKIP_BYTES`` at a time; ``read``: its bytes read so far."""
+def _skip_line(readline: Callable[[int], bytes], head: bytes) -> LongLine:
+    """A long line read and dropped ``_SKIP_BYTES`` at a time; ``head``: its start, already read."""
+    read, quotes = len(head), head.count(b'"')
     while chunk := readline(_SKIP_BYTES):
-        read += len(chunk)
+        read, quotes = read + len(chunk), quotes + chunk.count(b'"')
         if chunk.endswith(b"\n"):
-            return LongLine(read, True)
-    return LongLine(read, False)
+            return LongLine(read, True, quotes % 2 == 1)
+    return LongLine(read, False, quotes % 2 == 1)
 
 
 def read_whole(path: Path, max_record_bytes: int) -> bytes | LongLine | StreamDamage:
@@ -129,17 +132,17 @@ def read_whole(path: Path, max_record_bytes: int) -> bytes | LongLine | StreamDa
         except DECODER_ERRORS as err:
             if (damage := src.damage(err)) is None:
                 raise
-            exact_from = src.piece_start
+            exact = ExactRead(src.piece_start, max_record_bytes + 1)  # the decoded bytes do not matter here
         else:
             if len(data) > max_record_bytes:
                 return LongLine(len(data), False)
             return src.end_damage() or data
-    return _exact_damage(path, exact_from) or damage
+    return _exact_damage(path, exact) or damage
 
 
-def _exact_damage(path: Path, exact_from: int) -> StreamDamage | None:
-    """The damage of a compressed file read again, one compressed byte at a time from ``exact_from``: at its byte."""
-    with open_input(path, exact_from=exact_from) as src:
+def _exact_damage(path: Path, exact: ExactRead) -> StreamDamage | None:
+    """The damage of a compressed file read again, one compressed byte at a time over the failing piece: its byte."""
+    with open_input(path, exact=exact) as src:
         try:
             while src.stream.read(_SKIP_BYTES):
                 pass

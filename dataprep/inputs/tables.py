@@ -130,7 +130,9 @@ class _CsvLines:
                 return
             if isinstance(line, LongLine):
                 self.long.append(line)
-                yield "\n"  # a blank line in its place: the row that held it is then reported too long
+                # in its place a line that opens or closes a quoted field as it did: the csv reader stays in
+                # step, and the row that held the line is reported too long
+                yield '"\n' if line.odd_quotes else "\n"
                 continue
             yield line.decode("utf-8", "surrogateescape")
 
