@@ -44,7 +44,8 @@ def test_names_say_the_codec_and_what_the_file_holds() -> None:
 def test_each_codec_reads_concatenated_members_to_the_end(tmp_path: Path, codec: str) -> None:
     data = _lines(3000)
     # two members or frames, as cat a.gz b.gz, pigz or zstd -T write them
-    path = _write(tmp_path, f"c.txt.{EXTENSIONS[codec]}", compress(data[:70_000], codec) + compress(data[70_000:], codec))
+    members = compress(data[:70_000], codec) + compress(data[70_000:], codec)
+    path = _write(tmp_path, f"c.txt.{EXTENSIONS[codec]}", members)
     got = list(read_lines(path, 1 << 20))
     assert b"".join(got) == data
     with open_input(path) as src:
