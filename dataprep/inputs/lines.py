@@ -14,6 +14,7 @@ rare; it costs one more reading).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from dataprep.inputs.compressed import DECODER_ERRORS, ExactRead, StreamDamage, 
 # --max-record-bytes' default: a record (a line, a row, a text file) longer than this is a record_too_long reject.
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 _SKIP_BYTES = 1 * 2**20  # a long line is skipped this many bytes at a time
+_NEWLINE = ord("\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ def read_lines(path: Path, max_record_bytes: int, *, start: int = 0, end: int | 
     progress = _Progress(stop_at=None if end is None else end - start)
     with open_input(path, start=start) as src:
         try:
-            yield from _lines(src.stream, max_record_bytes, progress)
+            yield from _line_items(src.stream, max_record_bytes, progress)
         except DECODER_ERRORS as err:
             progress.damage = src.damage(err)
             if progress.damage is None:
@@ -83,7 +85,7 @@ def _lines_before_damage(path: Path, max_record_bytes: int, progress: _Progress,
     with open_input(path, exact=exact) as src:
         try:
             _skip(src.stream, progress.consumed)
-            yield from _lines(src.stream, max_record_bytes, progress)
+            yield from _line_items(src.stream, max_record_bytes, progress)
         except DECODER_ERRORS as err:
             if (damage := src.damage(err)) is None:
                 raise
@@ -101,16 +103,21 @@ def _skip(stream: BinaryIO, nbytes: int) -> None:
         nbytes -= len(chunk)
 
 
-def _lines(stream: BinaryIO, max_record_bytes: int, progress: _Progress) -> Iterator[bytes | LongLine]:
-    readline, stop_at = stream.readline, progress.stop_at
-    while (stop_at is None or progress.consumed < stop_at) and (line := readline(max_record_bytes + 1)):
-        if len(line) > max_record_bytes and not line.endswith(b"\n"):
-            long = _skip_line(readline, line)
-            progress.consumed += long.nbytes
-            yield long
-            continue
-        progress.consumed += len(line)
-        yield line
+def _line_items(stream: BinaryIO, max_record_bytes: int, progress: _Progress) -> Iterator[bytes | LongLine]:
+    readline, limit = stream.readline, max_record_bytes + 1
+    stop_at = progress.stop_at if progress.stop_at is not None else sys.maxsize
+    consumed = progress.consumed  # a local in the loop (per-line cost), told to ``progress`` however it ends
+    try:
+        while consumed < stop_at and (line := readline(limit)):
+            if len(line) == limit and line[-1] != _NEWLINE:
+                long = _skip_line(readline, line)
+                consumed += long.nbytes
+                yield long
+                continue
+            consumed += len(line)
+            yield line
+    finally:
+        progress.consumed = consumed
 
 
 def _skip_line(readline: Callable[[int], bytes], head: bytes) -> LongLine:

@@ -43,12 +43,13 @@ def iter_text_records(path: Path, source: str, unit: TextUnit, *, key_stem: str 
             yield RawRecord(stem, source, value=_whole_file(path, max_record_bytes))
             return
         for row, line in enumerate(read_lines(path, max_record_bytes, start=start, end=end), first_row):
-            if isinstance(line, StreamDamage):
+            key = f"{stem}_{row:08d}"
+            if isinstance(line, bytes):  # the common case first: a line per record, millions of them
+                yield RawRecord(key, source, row=row, value=line.removesuffix(b"\n").removesuffix(b"\r"))
+            elif isinstance(line, LongLine):
+                yield RawRecord(key, source, row=row, value=long_line_error(line, row, max_record_bytes))
+            else:
                 yield RawRecord(stem, source, value=damage_error(line, row - first_row))
-                return
-            value = (long_line_error(line, row, max_record_bytes) if isinstance(line, LongLine)
-                     else line.removesuffix(b"\n").removesuffix(b"\r"))
-            yield RawRecord(f"{stem}_{row:08d}", source, row=row, value=value)
     except OSError as err:
         where = f" after line {row}" if row >= first_row else ""
         error = RowError(RejectReason.UNREADABLE, f"cannot read {path}{where}: {err.strerror or err}")

@@ -31,7 +31,7 @@ def cluster():
         nodes.shutdown()
 
 
-def _corpus(root: Path) -> Path:
+def _compressed_parts(root: Path) -> Path:
     """One JSONL file per codec, lines repeated across files (duplicates found across ranges), and one
     truncated file."""
     for n, codec in enumerate(CODECS):
@@ -45,7 +45,7 @@ def _corpus(root: Path) -> Path:
 
 @pytest.mark.parametrize("output", ["parquet", "tokens"])
 def test_ray_over_compressed_inputs_writes_the_bytes_of_a_local_run(cluster, tmp_path, output):
-    raw = _corpus(tmp_path / "raw")
+    raw = _compressed_parts(tmp_path / "raw")
     options = ["--range-size", "1KiB", "--samples-per-shard", "40", "--dedup-on", "text"]
     if output == "tokens":
         options = [*options[:4], "--tokenizer", "bytes"]
