@@ -3,8 +3,8 @@
 ``open_input(path)`` opens a file of RAW for reading; when its name ends in a compression extension
 (``names.COMPRESSION_EXTENSIONS``: ``.gz``, ``.zst``, ``.bz2``, ``.xz``) its bytes are decompressed on the fly.
 The ``InputStream`` it yields has a binary ``stream`` (``readline(limit)`` bounds what one call holds) and
-says where a damaged stream was found damaged (``damage``). Every codec reads concatenated members, frames
-or streams to the end (``cat a.gz b.gz``, ``pigz``, ``zstd -T``), as its command-line tool does.
+tells a decoder's error on damaged data from an I/O error (``damage``). Every codec reads concatenated
+members, frames or streams to the end (``cat a.gz b.gz``, ``pigz``, ``zstd -T``), as its command-line tool does.
 
 Libraries (declared in pyproject.toml; speeds in tools/RESULTS.md §19):
 

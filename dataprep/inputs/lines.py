@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -53,7 +53,7 @@ class _Progress:
 
     consumed: int = 0
     stop_at: int | None = None  # decompressed bytes in: no line starting there or later is read
-    damage: StreamDamage | None = field(default=None)
+    damage: StreamDamage | None = None
 
 
 def read_lines(path: Path, max_record_bytes: int, *, start: int = 0, end: int | None = None) -> Iterator[Line]:
