@@ -48,6 +48,8 @@ OPTIONAL_IMPORTS = {
                    "CUDA only, tools.gpu and the device suite: GPU decode and the stock feed, when importable",
     "litdata": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
     "streaming": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
+    "compression": "dataprep.inputs.compressed: the standard library's zstd from Python 3.14 (backports.zstd before)",
+    "zstandard": "tools.bench.codec_bench only: compared with the zstd reader dataprep uses, when installed",
 }
 # Distributions that stand in for a declared one (the Makefile's PILLOW=simd replaces pillow).
 STANDS_IN_FOR = {"pillow-simd": "pillow"}

@@ -217,7 +217,8 @@ def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path,
         offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
         order = np.arange(len(sizes))
         if layout is Layout.TABLE:
-            table_schema = table_schema_of(options.table, options.text_column, directory / UNITS_NAME, offsets)
+            table_schema = table_schema_of(options.table, options.text_column, directory / UNITS_NAME, offsets,
+                                           max_record_bytes=options.raw.max_record_bytes)
     order = order.astype(np.int64)
     unit_bytes = np.maximum(sizes[order], 0) if len(sizes) else np.zeros(0, dtype=np.int64)
     range_starts = split_ranges(unit_bytes, options.range_bytes)
