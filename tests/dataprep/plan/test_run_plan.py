@@ -116,7 +116,7 @@ def _plan_peak_bytes(raw: Path, spill: Path, dirs: int, per_dir: int) -> int:
 
     from dataprep.commands.config import ShardConfig
     from dataprep.commands.stage_options import plan_options
-    from dataprep.plan.run_plan import make_run_plan
+    from dataprep.plan.plan_build import make_run_plan
     from dataprep.inputs.sources import Layout, LayoutChoice
 
     for c in range(dirs):
