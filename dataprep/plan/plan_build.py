@@ -19,7 +19,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +40,29 @@ from dataprep.plan.run_plan import (BYTES_NAME, OFFSETS_NAME, ORDER_NAME, PLAN_N
 from dataprep.plan.spill import NpyWriter, PickleFile, PickleSpill, read_npy_chunks
 from dataprep.plan.unique_keys import SpilledKeys
 
-__all__ = ["SPILL_DIR", "PlanLimits", "make_run_plan"]
+__all__ = ["SPILL_DIR", "PlanLimits", "make_run_plan", "sort_limits"]
 
 SPILL_DIR = "plan-spill"  # in the state folder, while planning
-_CHUNK_ROWS = 1 << 20  # values per block when an array is read or written in blocks (8 MiB of int64)
+_CHUNK_ROWS = 1 << 16  # values per block when an array is read or written in blocks (512 KiB of int64)
 
 
 @dataclass(frozen=True)
 class PlanLimits:
-    """Memory of planning besides what grows with the inputs: the external sorts', the key set's memtable."""
+    """Buffers of planning: the external sorts' (``SortLimits``) and the key set's memtable (rows).
 
-    sort: SortLimits = field(default_factory=SortLimits)
-    key_memtable_rows: int = 1 << 16
+    None (the default): sized from the number of inputs, one row per 64 inputs within caps
+    (``sort_limits``, ``unique_keys.seen_limits``), so that a small RAW needs little memory and
+    none needs much. Tests set small values to take the paths of large RAWs.
+    """
+
+    sort: SortLimits | None = None
+    key_memtable_rows: int | None = None
+
+
+def sort_limits(count: int) -> SortLimits:
+    """``SortLimits`` for ``count`` records: runs of count/64 (4k to 256k), blocks of count/4096 (256 to 8k)."""
+    return SortLimits(run_rows=max(1 << 12, min(1 << 18, count // 64)),
+                      block_rows=max(1 << 8, min(1 << 13, count // 4096)))
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,7 @@ def _build(options: PlanOptions, layout: Layout, directory: Path, source: PlanIn
         if layout.is_media:
             with PickleFile(directory / UNITS_NAME, directory / OFFSETS_NAME) as reader:
                 for index, reject in find_duplicates(reader, read_npy_chunks(sizes_path, _CHUNK_ROWS), source.digest,
-                                                     spill / "duplicates", limits.sort):
+                                                     spill / "duplicates", limits.sort or sort_limits(count)):
                     replaced.add(reject, index)
     shuffle = layout.is_media and options.shuffle
     _write_order(directory, sizes_path, spilled.close(), spilled.max_value,
