@@ -1,4 +1,4 @@
-"""Planning 10^8 inputs in bounded memory: peak RSS, time and disk of dataprep's planner: ``python -m tools.bench.plan_bench``.
+"""Planning 10^8 inputs in bounded memory: peak RSS, time and disk of the planner: ``python -m tools.bench.plan_bench``.
 
 Feeds ``dataprep.plan.plan_build.make_run_plan`` a generated listing of ``--entries``
 entries (default 10^8) for each layout of ``--layouts``; no file is made:
@@ -84,10 +84,15 @@ class SyntheticListing:
         return 1024 + (content % self.distinct_sizes if self.distinct_sizes else content)
 
     def size(self, path: str) -> int:
-        return self._size(int(path[-14:-4]))
+        return self._size(_number(path))
 
     def digest(self, path: str, limit: int | None) -> bytes | None:
-        return hashlib.blake2b(self._content(int(path[-14:-4])).to_bytes(8, "little"), digest_size=20).digest()
+        return hashlib.blake2b(self._content(_number(path)).to_bytes(8, "little"), digest_size=20).digest()
+
+
+def _number(path: str) -> int:
+    """i of a generated path (``.../IIIIIIIIII.ext``)."""
+    return int(path.rpartition("/")[2].partition(".")[0])
 
 
 def _status_kib(field: str) -> int:
