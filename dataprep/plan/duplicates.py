@@ -39,6 +39,7 @@ _SIZE = np.dtype([("size", "<i8"), ("index", "<i8")])
 _HEAD = np.dtype([("h0", "<u8"), ("h1", "<u8"), ("size", "<i8"), ("index", "<i8")])
 _CONTENT = np.dtype([("size", "<i8"), ("d0", "<u8"), ("d1", "<u8"), ("d2", "<u8"), ("index", "<i8")])
 _PAIR = np.dtype([("dup", "<i8"), ("first", "<i8")])
+_SLICE_ROWS = 4096
 
 
 def primary_image(record: RawRecord) -> str | None:
@@ -63,15 +64,15 @@ def find_duplicates(units: PickleFile, sizes: Iterable[np.ndarray], digest: Dige
         by_size.add(records)
         start += len(chunk)
     by_head = ExternalSort(folder / "by-head", _HEAD, limits)
-    for shared in _shared(by_size.sorted(), ("size",)):
+    for shared in _slices(_shared(by_size.sorted(), ("size",))):
         by_head.add(_heads(shared, units, digest))
     by_content = ExternalSort(folder / "by-content", _CONTENT, limits)
-    for shared in _shared(by_head.sorted(), ("h0", "h1")):
+    for shared in _slices(_shared(by_head.sorted(), ("h0", "h1"))):
         by_content.add(_contents(shared, units, digest))
     pairs = ExternalSort(folder / "pairs", _PAIR, limits)
     for chunk in _later_copies(by_content.sorted()):
         pairs.add(chunk)
-    for chunk in pairs.sorted():
+    for chunk in _slices(pairs.sorted()):
         for dup, first in chunk.tolist():
             yield dup, Reject(units[dup].source, RejectReason.DUPLICATE, f"same bytes as {units[first].source}")
 
@@ -104,6 +105,13 @@ def _shared(chunks: Iterable[np.ndarray], names: tuple[str, ...]) -> Iterator[np
         held, held_shares_before = data[-1:], bool(before[-1])
     if held is not None and held_shares_before:
         yield held
+
+
+def _slices(chunks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+    """``chunks`` cut to at most ``_SLICE_ROWS`` records (a slice's records become Python tuples, one each)."""
+    for chunk in chunks:
+        for start in range(0, len(chunk), _SLICE_ROWS):
+            yield chunk[start:start + _SLICE_ROWS]
 
 
 def _image_path(unit: object) -> str | None:

@@ -9,7 +9,7 @@ pair) both stay correct: the later ones are kept in memory, exactly.
 
 Memory: the Bloom filter, sized from the number of keys expected (the power of two nearest
 16 bits per key: 2.7 bytes per key at 10^8, where ~0.8% of new keys then look on disk),
-and the ``SeenSet``'s memtable and merge slices (one row per 64 keys expected, 1k to 64k
+and the ``SeenSet``'s memtable and merge slices (one row per 256 keys expected, 1k to 64k
 rows: at most ~7 MiB). Everything lives in one folder of the plan's spill, removed with it.
 """
 
@@ -37,8 +37,8 @@ def bloom_bits_log2(expected: int) -> int:
 
 
 def seen_limits(expected: int, memtable_rows: int | None = None) -> SeenLimits:
-    """The ``SeenSet``'s limits for ``expected`` keys: its memtable and merge slices one row per 64 keys, 1k to 64k."""
-    rows = max(1 << 10, min(1 << 16, expected // 64))
+    """The ``SeenSet``'s limits for ``expected`` keys: its memtable and merge slices one row per 256 keys, 1k to 64k."""
+    rows = max(1 << 10, min(1 << 16, expected // 256))
     return SeenLimits(bloom_bits_log2=bloom_bits_log2(expected), memtable_rows=memtable_rows or rows, merge_rows=rows)
 
 
