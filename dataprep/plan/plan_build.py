@@ -7,7 +7,7 @@ the units (keys made unique, pickled to ``units.bin``, their offsets and sizes a
 sorts) and the order (a permutation by ``seed``); then the ranges and ``plan.json``.
 
 Memory per input (measured by ``tools/bench/plan_bench.py``; ``dataprep/plan/README.md``):
-while the units stream by, the keys' Bloom filter (``plan.unique_keys``, 2-4 bytes); for a
+while the units stream by, the keys' Bloom filter (``plan.unique_keys``, 1.4-2.8 bytes); for a
 shuffled media order, the permutation and the sizes it gathers (int32 each below 2^31:
 8 bytes); nothing else grows with the inputs. Scratch files live in ``plan-spill/`` of the
 state folder, removed when planning ends, however it ends.

@@ -178,3 +178,33 @@ def test_a_plan_of_another_version_says_to_rerun_with_overwrite(tmp_path: Path) 
     (tmp_path / PLAN_NAME).write_text(json.dumps({"version": 1, "layout": "image-folder"}))
     with pytest.raises(FormatError, match=r"plan version 1 not supported \(expected 2\).*rerun with --overwrite"):
         RunPlanInfo.from_path(tmp_path / PLAN_NAME)
+
+
+def test_a_run_planned_by_an_older_version_is_refused_until_overwritten(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan of version 1 (``replaced.pkl``) cannot be read: resuming says to rerun with --overwrite, which plans
+    again."""
+    from dataprep.commands import shard
+    from dataprep.output.store import LocalStore
+    from dataprep.plan.checkpoint import Checkpoint, save_checkpoint
+    from tests.dataprep.helpers import numbered_images, shard_cli
+
+    raw, out = numbered_images(tmp_path / "raw", 6), tmp_path / "out"
+    real = shard.make_run_plan
+
+    def plan_and_stop(*args: object, **kwargs: object) -> RunPlan:
+        real(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    shard.make_run_plan = plan_and_stop  # type: ignore[assignment]
+    try:
+        assert shard_cli(raw, out, "--workers", "1") == 130
+    finally:
+        shard.make_run_plan = real
+    save_checkpoint(LocalStore(out), Checkpoint())
+    plan_json = out / ".dataprep" / PLAN_NAME
+    plan_json.write_text(plan_json.read_text().replace('"version": 2', '"version": 1'))
+    capsys.readouterr()
+    assert shard_cli(raw, out, "--workers", "1") != 0
+    assert "plan version 1 not supported (expected 2)" in capsys.readouterr().err
+    assert shard_cli(raw, out, "--workers", "1", "--overwrite") == 0
