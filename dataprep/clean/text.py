@@ -76,7 +76,7 @@ def _text_record(raw: RawRecord, text: str, opts: TextOptions, empty_detail: str
     if not text.strip():
         return Reject(raw.source, RejectReason.EMPTY_TEXT, empty_detail, raw.row)
     text = unicodedata.normalize(cast(NormalForm, opts.normalize), text)
-    fields = {"text": text, "__source__": without_codec(raw.source), "__row__": raw.row}  # the file as uncompressed
+    fields: dict[str, object] = {"text": text, "__source__": without_codec(raw.source), "__row__": raw.row}
     return CleanRecord(raw.key, raw.source, fields)
 
 

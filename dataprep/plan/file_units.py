@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +24,8 @@ from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.tables import COMPRESSED_PARQUET, iter_table_rows, table_kind
 from dataprep.inputs.text import TextUnit
 from dataprep.errors import UsageError
-from dataprep.inputs.listing import excluded_by
-from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, Reject, RejectReason
-from dataprep.inputs.sources import KeyAssigner, Layout, RawFile, walk_files
+from dataprep.inputs.sources import KeyAssigner, Layout, RawFile
 from dataprep.inputs.names import TEXT_EXTENSIONS, codec_of, data_extension, printable, without_codec
 
 # Line-based files above this many bytes are planned as several parts (a part is never
@@ -38,23 +36,11 @@ _LINE_KINDS = frozenset({"jsonl"})
 _JSON_PEEK_BYTES = 64 * 2**10  # of a .json table, read at planning: JSON lines, or one JSON document?
 
 
-def _input_files(raw: RawSource) -> Iterator[RawFile | Reject]:
-    root = raw.root
-    if root.is_file():
-        st = root.stat()
-        yield RawFile(root.name, os.fspath(root), st.st_size, st.st_mtime_ns)
-        return
-    skip = excluded_by(root, raw.exclude, follow_symlinks=raw.follow_symlinks)
-    for item in walk_files(root, follow_symlinks=raw.follow_symlinks):
-        if skip is None or not skip(item.source if isinstance(item, Reject) else item.rel):
-            yield item
-
-
-def file_units(raw: RawSource, layout: Layout, text_unit: TextUnit, part_bytes: int) -> Iterator[FilePart | Reject]:
-    """The units of a table or text RAW, in sorted file order; parts of about ``part_bytes`` for line-based files."""
-    keys = KeyAssigner()
-    single = raw.root.is_file()
-    for item in _input_files(raw):
+def file_units(items: Iterable[RawFile | Reject], layout: Layout, text_unit: TextUnit, part_bytes: int, *,
+               single: bool, keys: KeyAssigner) -> Iterator[FilePart | Reject]:
+    """The units of a table or text RAW from its walked ``items``, in their order; parts of about ``part_bytes``
+    for line-based files. single: RAW is one file (read as the layout whatever its extension); keys: the run's."""
+    for item in items:
         if isinstance(item, Reject):
             yield item
             continue

@@ -11,10 +11,11 @@ import pytest
 from dataprep.errors import UsageError
 from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, Reject, RejectReason
-from dataprep.inputs.sources import Layout
+from dataprep.inputs.sources import KeyAssigner, Layout
 from dataprep.inputs.tables import RowError, iter_table_rows
 from dataprep.inputs.text import TextUnit, iter_text_records
 from dataprep.plan.file_units import file_units
+from dataprep.plan.plan_input import RawTree
 from tests.dataprep.compressed_samples import CODECS, EXTENSIONS, compress
 
 
@@ -111,7 +112,8 @@ def test_text_too_long_and_damaged(tmp_path: Path) -> None:
 
 
 def _units(raw: Path, layout: Layout, unit: TextUnit = TextUnit.LINE, part_bytes: int = 1000) -> list:
-    return list(file_units(RawSource(raw), layout, unit, part_bytes))
+    tree = RawTree(RawSource(raw))
+    return list(file_units(tree.items(), layout, unit, part_bytes, single=tree.single_file, keys=KeyAssigner()))
 
 
 def test_a_compressed_file_is_one_unit_keyed_as_its_plain_name(tmp_path: Path) -> None:
