@@ -158,6 +158,10 @@ class ShardCache:
         """The epochs this process has planned (and not yet forgotten)."""
         return frozenset(self._schedule.epochs)
 
+    def planned_uses(self, epoch: int) -> dict[str, tuple[str, ...]]:
+        """This process's plan of ``epoch``: each stream's object names in the order it opens them ({}: none)."""
+        return {stream: tuple(names) for stream, names in self._schedule.epochs.get(epoch, {}).items()}
+
     def node_streams(self) -> set[str]:
         """The streams some live process of the node reads now (their positions are in the folder)."""
         self._check_open()
