@@ -106,7 +106,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         worker_init_fn that cannot be pickled gets threads (iterable: the main process)
         with one warning, unless processes were asked for (worker_type="process", a
         ``multiprocessing_context``, or ``num_workers`` given for an iterable dataset or one
-        that does not release the GIL): then a ConfigError naming it and the start method.
+        that does not release the GIL): then, as stock, the first ``iter()`` warns and raises
+        pickle's error, with a note naming the part, the start method and the fix.
+        A ``worker_init_fn`` runs in each worker process, as torch runs it; thread workers
+        run it in each thread, inside the training process (said once, with a warning).
     threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
     seed: base seed of the order and of worker seeds; None: in a distributed job the
         same on every rank (``loaders.read.seeding.resolve_seed``), else drawn from
