@@ -1,9 +1,9 @@
 """Jobs of several ranks over a sample dataset in one process, seen from the training loop.
 
 ``tiny_image_shards`` writes small tar shards with ``dataprep shard`` (every image different).
-``job`` makes one ``loaders.DataLoader`` per rank of a job of W ranks x B rows, the topology
+``sample_job`` makes one ``loaders.DataLoader`` per rank of a job of W ranks x B rows, the topology
 given to each rank's dataset (``launch="topology"``) or read from RANK / WORLD_SIZE as a
-launcher sets them (``launch="environment"``). ``global_steps`` gives each step's global batch
+launcher sets them (``launch="environment"``). ``sample_steps`` gives each step's global batch
 as the sorted sample indices (``__index__``) every rank read, after checking that every rank
 yielded the same number of batches. ``epoch_order`` is what a one-rank, one-row loader reads
 in an epoch: the epoch's order of every rank, the oracle the steps are checked against
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from dataprep.cli import main as dataprep_main
@@ -45,8 +44,8 @@ def tiny_image_shards(root: Path, count: int, per_shard: int) -> Path:
     return out
 
 
-def job(make: MakeDataset, spec: Job, *, launch: str = "topology", monkeypatch: pytest.MonkeyPatch | None = None,
-        **options: Any) -> list[DataLoader[Any]]:
+def sample_job(make: MakeDataset, spec: Job, *, launch: str = "topology",
+               monkeypatch: pytest.MonkeyPatch | None = None, **options: Any) -> list[DataLoader[Any]]:
     """One loader per rank of a job of ``spec`` (seed ``SEED``, shuffled, unless ``options`` say otherwise)."""
     world_size, batch_size, num_workers, worker_type = spec
     options.setdefault("seed", SEED)
@@ -72,7 +71,7 @@ def rows_of(batch: dict[str, Any]) -> list[int]:
     return [int(i) for i in batch["__index__"]]
 
 
-def global_steps(batches_per_rank: Sequence[Iterable[dict[str, Any]]], count: int | None = None) -> list[list[int]]:
+def sample_steps(batches_per_rank: Sequence[Iterable[dict[str, Any]]], count: int | None = None) -> list[list[int]]:
     """Each step's global batch (sorted sample indices) from each rank's batches; every rank must yield as many.
 
     ``count``: take that many steps from each rank's iterator (a job stopped mid-epoch), else all.
@@ -93,7 +92,7 @@ def epoch_order(make: MakeDataset, epoch: int, **options: Any) -> list[int]:
     loader = DataLoader(make(Topology()), batch_size=1, num_workers=0, **options)
     loader.set_epoch(epoch)
     order = [rows_of(batch)[0] for batch in loader]
-    close([loader])
+    end_job([loader])
     return order
 
 
@@ -106,16 +105,7 @@ def steps(order: Sequence[int], start: int, global_batch: int, world_size: int =
     return [sorted(step) for step in found]
 
 
-def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` after ``torch.save`` and ``torch.load(weights_only=True)``."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return loaded
-
-
-def close(loaders: Iterable[DataLoader[Any]]) -> None:
+def end_job(loaders: Iterable[DataLoader[Any]]) -> None:
     """Stop each loader and let go of its dataset's shards (a job that ends: its node cache readers leave)."""
     for loader in loaders:
         loader.close()

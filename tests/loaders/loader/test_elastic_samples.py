@@ -18,18 +18,17 @@ from typing import Any
 import pytest
 
 from loaders import ConfigError, DataLoader, ParquetShardDataset, ShardDataset, Topology
-from tests.loaders.helpers import default_start_method
+from tests.loaders.helpers import default_start_method, through_torch_save
 from tests.loaders.loader.sample_ranks import (
     SEED,
     Job,
     MakeDataset,
-    close,
+    end_job,
     epoch_order,
-    global_steps,
     iterate,
-    job,
+    sample_job,
+    sample_steps,
     steps,
-    through_torch_save,
     tiny_image_shards,
 )
 
@@ -47,28 +46,28 @@ def kinds(images: Path, table_shards: Path) -> dict[str, MakeDataset]:
             "parquet": lambda topology: ParquetShardDataset(table_shards, columns=["id"], topology=topology)}
 
 
-def _save(make: MakeDataset, saved: Job, count: int | None, *, rank: int = 1, launch: str = "topology",
+def _save_job(make: MakeDataset, saved: Job, count: int | None, *, rank: int = 1, launch: str = "topology",
           monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[dict[str, Any], int]:
     """Run the saved job ``count`` steps (None: its whole epoch 0); (rank ``rank``'s state after torch.save/load,
     the samples consumed by all ranks)."""
-    loaders = job(make, saved, launch=launch, monkeypatch=monkeypatch)
+    loaders = sample_job(make, saved, launch=launch, monkeypatch=monkeypatch)
     order = epoch_order(make, 0)
     global_batch = saved[0] * saved[1]
     iterators = iterate(loaders)
-    head = global_steps(iterators, count=count)
+    head = sample_steps(iterators, count=count)
     assert head == steps(order, 0, global_batch)[:len(head)]
     state = through_torch_save(loaders[rank].state_dict())
-    close(loaders)
+    end_job(loaders)
     return state, min(len(head) * global_batch, len(order))
 
 
-def _check_rest(make: MakeDataset, loaders: list[DataLoader[Any]], consumed: int, resumed: Job) -> None:
+def _check_the_rest(make: MakeDataset, loaders: list[DataLoader[Any]], consumed: int, resumed: Job) -> None:
     """The rest of epoch 0 from ``consumed`` on (when the state was mid-epoch), then epoch 1 in full."""
     world_size, global_batch = resumed[0], resumed[0] * resumed[1]
     if loaders[0].epoch == 0:
-        assert global_steps(loaders) == steps(epoch_order(make, 0), consumed, global_batch, world_size)
+        assert sample_steps(loaders) == steps(epoch_order(make, 0), consumed, global_batch, world_size)
     assert all(loader.epoch == 1 for loader in loaders)
-    assert global_steps(loaders) == steps(epoch_order(make, 1), 0, global_batch, world_size)
+    assert sample_steps(loaders) == steps(epoch_order(make, 1), 0, global_batch, world_size)
 
 
 # (dataset, saved job, steps before saving (None: the whole epoch), resumed job, launch, start method)
@@ -87,22 +86,22 @@ def test_a_job_resumes_on_another_topology(kinds: dict[str, MakeDataset], case: 
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     kind, saved, count, resumed, launch, method = CASES[case]
     make = kinds[kind]
-    state, consumed = _save(make, saved, count, launch=launch, monkeypatch=monkeypatch)
+    state, consumed = _save_job(make, saved, count, launch=launch, monkeypatch=monkeypatch)
     assert state["version"] == 3 and state["samples"]["global_position"] == (consumed if count else 0)
     if method is None:
-        loaders = job(make, resumed, launch=launch, monkeypatch=monkeypatch)
+        loaders = sample_job(make, resumed, launch=launch, monkeypatch=monkeypatch)
     else:
         with default_start_method(method):
-            loaders = job(make, resumed, launch=launch, monkeypatch=monkeypatch)
+            loaders = sample_job(make, resumed, launch=launch, monkeypatch=monkeypatch)
     for loader in loaders:
         loader.load_state_dict(state)
     assert {loader.epoch for loader in loaders} == {0 if count is not None else 1}
     if method is None:
-        _check_rest(make, loaders, consumed, resumed)
+        _check_the_rest(make, loaders, consumed, resumed)
     else:
         with default_start_method(method):
-            _check_rest(make, loaders, consumed, resumed)
-    close(loaders)
+            _check_the_rest(make, loaders, consumed, resumed)
+    end_job(loaders)
 
 
 def test_4x8_then_2x16_then_3x5_read_every_sample_of_the_epoch_once(kinds: dict[str, MakeDataset],
@@ -111,24 +110,24 @@ def test_4x8_then_2x16_then_3x5_read_every_sample_of_the_epoch_once(kinds: dict[
     global batch) read 3 steps, the same as the uninterrupted run's, and rank 0 saves; 3 ranks x 5 read the rest."""
     make = kinds["tar"]
     order = epoch_order(make, 0)
-    first, consumed = _save(make, (4, 8, 2, "process"), 2)
-    second = job(make, (2, 16, 3, "thread"), launch="environment", monkeypatch=monkeypatch)
+    first, consumed = _save_job(make, (4, 8, 2, "process"), 2)
+    second = sample_job(make, (2, 16, 3, "thread"), launch="environment", monkeypatch=monkeypatch)
     for loader in second:
         loader.load_state_dict(first)
-    middle = global_steps(iterate(second), count=3)
+    middle = sample_steps(iterate(second), count=3)
     assert middle == steps(order, 0, 32)[2:5]
     state = through_torch_save(second[0].state_dict())
-    close(second)
-    third = job(make, (3, 5, 2, "process"))
+    end_job(second)
+    third = sample_job(make, (3, 5, 2, "process"))
     for loader in third:
         loader.load_state_dict(state)
-    rest = global_steps(third)
+    rest = sample_steps(third)
     assert rest == steps(order, 160, 15)
     read = [s for step in global_steps_of(order, 64) + middle + rest for s in step]
     assert sorted(read) == sorted(order) == list(range(NUM_IMAGES))  # every sample once
     assert {loader.order_digest(0, NUM_IMAGES, epoch=0) for loader in third} == {
-        loader.order_digest(0, NUM_IMAGES, epoch=0) for loader in job(make, (1, 1, 0, "thread"))}
-    close(third)
+        loader.order_digest(0, NUM_IMAGES, epoch=0) for loader in sample_job(make, (1, 1, 0, "thread"))}
+    end_job(third)
 
 
 def global_steps_of(order: list[int], consumed: int) -> list[list[int]]:
@@ -141,38 +140,38 @@ def test_resume_then_set_epoch_as_the_loop_does(kinds: dict[str, MakeDataset], c
     """``for epoch in range(saved_epoch, E): loader.set_epoch(epoch)`` after the load keeps the resume; right after
     an epoch's last batch, set_epoch(that epoch) reads nothing more of it."""
     make = kinds["tar"]
-    state, consumed = _save(make, (2, 16, 0, "thread"), count)
-    loaders = job(make, (4, 8, 2, "thread"))
+    state, consumed = _save_job(make, (2, 16, 0, "thread"), count)
+    loaders = sample_job(make, (4, 8, 2, "thread"))
     for loader in loaders:
         loader.load_state_dict(state)
         loader.set_epoch(0)
-    assert global_steps(loaders) == ([] if count is None else steps(epoch_order(make, 0), consumed, 32))
+    assert sample_steps(loaders) == ([] if count is None else steps(epoch_order(make, 0), consumed, 32))
     for loader in loaders:
         loader.set_epoch(1)
-    assert global_steps(loaders) == steps(epoch_order(make, 1), 0, 32)
-    close(loaders)
+    assert sample_steps(loaders) == steps(epoch_order(make, 1), 0, 32)
+    end_job(loaders)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_peek_before_or_after_loading_moves_nothing(kinds: dict[str, MakeDataset], when: str) -> None:
     make = kinds["tar"]
-    state, consumed = _save(make, (4, 8, 0, "thread"), 2)
-    loaders = job(make, (2, 16, 2, "process"))
+    state, consumed = _save_job(make, (4, 8, 0, "thread"), 2)
+    loaders = sample_job(make, (2, 16, 2, "process"))
     for loader in loaders:
         if when == "before":
             next(iter(loader))  # starts persistent workers that hold the dataset as it was
         loader.load_state_dict(state)
         if when == "after":
             next(iter(loader))  # e.g. the model built from a batch's shape
-    assert global_steps(loaders) == steps(epoch_order(make, 0), consumed, 32)
-    close(loaders)
+    assert sample_steps(loaders) == steps(epoch_order(make, 0), consumed, 32)
+    end_job(loaders)
 
 
 def test_a_state_of_other_data_seed_or_order_is_refused_naming_what_differs(kinds: dict[str, MakeDataset],
                                                                              images: Path, table_shards: Path,
                                                                              tmp_path: Path) -> None:
-    state, _ = _save(kinds["tar"], (2, 4, 0, "thread"), 3)
-    blocks, _ = _save(lambda t: ShardDataset(images, fields=("cls",), order="blocks", block_size=12, topology=t),
+    state, _ = _save_job(kinds["tar"], (2, 4, 0, "thread"), 3)
+    blocks, _ = _save_job(lambda t: ShardDataset(images, fields=("cls",), order="blocks", block_size=12, topology=t),
                       (2, 4, 0, "thread"), 3)
     other = tiny_image_shards(tmp_path, NUM_IMAGES, per_shard=14)  # the same images in other shards
     refused = {
@@ -194,11 +193,11 @@ def test_the_order_digest_is_the_same_on_every_topology_and_changes_with_the_epo
         kinds: dict[str, MakeDataset]) -> None:
     make = kinds["tar"]
     digests = {loader.order_digest(40, 150) for spec in ((4, 8, 0, "thread"), (3, 5, 0, "thread"), (1, 1, 0, "thread"))
-               for loader in job(make, spec)}
+               for loader in sample_job(make, spec)}
     assert len(digests) == 1
-    (one,) = job(make, (1, 1, 0, "thread"))
+    (one,) = sample_job(make, (1, 1, 0, "thread"))
     assert one.order_digest(40, 150, epoch=1) not in digests and one.order_digest(40, 151) not in digests
-    (other_seed,) = job(make, (1, 1, 0, "thread"), seed=SEED + 1)
+    (other_seed,) = sample_job(make, (1, 1, 0, "thread"), seed=SEED + 1)
     assert other_seed.order_digest(40, 150) not in digests
     with pytest.raises(IndexError, match=r"global positions \[0, 197\) outside the epoch's 196 samples"):
         one.order_digest(0, NUM_IMAGES + 1)
@@ -207,15 +206,16 @@ def test_the_order_digest_is_the_same_on_every_topology_and_changes_with_the_epo
 def test_a_version_2_state_resumes_by_global_position(kinds: dict[str, MakeDataset]) -> None:
     """A state the previous version wrote (this rank's batches of DistributedSampler's split, under "plan")."""
     make = kinds["tar"]
-    state, consumed = _save(make, (4, 8, 0, "thread"), 2)
+    state, consumed = _save_job(make, (4, 8, 0, "thread"), 2)
     legacy = {key: value for key, value in state.items() if key != "samples"}
     legacy.update(version=2, plan={"sampler": None, "world_size": 4})
-    loaders = job(make, (2, 16, 2, "thread"))
+    loaders = sample_job(make, (2, 16, 2, "thread"))
     for loader in loaders:
         loader.load_state_dict(legacy)
-    assert global_steps(loaders) == steps(epoch_order(make, 0), consumed, 32)
+    assert sample_steps(loaders) == steps(epoch_order(make, 0), consumed, 32)
     with pytest.raises(ConfigError, match="not this dataset's own order"):
-        job(make, (2, 16, 0, "thread"))[0].load_state_dict({**legacy, "plan": {"sampler": {"x": 1}, "world_size": 4}})
+        sampled = {**legacy, "plan": {"sampler": {"x": 1}, "world_size": 4}}  # a user's sampler's state
+        sample_job(make, (2, 16, 0, "thread"))[0].load_state_dict(sampled)
 
 
 def test_the_last_global_batch_is_padded_as_distributed_sampler_does_or_dropped(kinds: dict[str, MakeDataset]) -> None:
@@ -225,10 +225,10 @@ def test_the_last_global_batch_is_padded_as_distributed_sampler_does_or_dropped(
     order = epoch_order(make, 0)
     for drop_last, expected in ((False, steps(order, 0, 15)[:13] + [sorted(order[195:] + order[:2])]),
                                 (True, steps(order, 0, 15)[:13])):
-        loaders = job(make, (3, 5, 0, "thread"), drop_last=drop_last)
+        loaders = sample_job(make, (3, 5, 0, "thread"), drop_last=drop_last)
         assert {len(loader) for loader in loaders} == {len(expected)}
-        assert global_steps(loaders) == expected
-        close(loaders)
+        assert sample_steps(loaders) == expected
+        end_job(loaders)
 
 
 def test_with_the_node_cache_each_rank_plans_the_shards_it_reads_from_the_resume_point(
@@ -240,12 +240,12 @@ def test_with_the_node_cache_each_rank_plans_the_shards_it_reads_from_the_resume
         return ShardDataset(images, fields=("cls",), topology=topology, cache_dir=tmp_path / "cache",
                             cache_limit="64MiB")
 
-    state, consumed = _save(make, (4, 8, 2, "thread"), 2)
-    loaders = job(make, (2, 16, 2, "thread"))
+    state, consumed = _save_job(make, (4, 8, 2, "thread"), 2)
+    loaders = sample_job(make, (2, 16, 2, "thread"))
     for loader in loaders:
         loader.load_state_dict(state)
     batches = [list(loader) for loader in loaders]
-    assert global_steps(batches) == steps(epoch_order(make, 0), consumed, 32)
+    assert sample_steps(batches) == steps(epoch_order(make, 0), consumed, 32)
     for rank, loader in enumerate(loaders):
         read = [s for batch in batches[rank] for s in batch["__shard__"]]
         shards = [s for k, s in enumerate(read) if k == 0 or read[k - 1] != s]
@@ -253,4 +253,4 @@ def test_with_the_node_cache_each_rank_plans_the_shards_it_reads_from_the_resume
         assert {stream.rsplit(":", 1)[1] for stream in plan} <= {"rank0", "rank1"}, sorted(plan)
         (mine,) = [uses for stream, uses in plan.items() if stream.endswith(f":rank{rank}")]
         assert list(mine) == shards
-    close(loaders)
+    end_job(loaders)

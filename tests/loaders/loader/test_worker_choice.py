@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -199,13 +198,6 @@ def test_start_method_reads_the_default_without_fixing_it() -> None:
 
 
 # ---------------------------------------------------------------- the loader under spawn and forkserver
-
-
-@pytest.fixture(params=["forkserver", "spawn"])
-def pickling_start_method(request: pytest.FixtureRequest) -> Iterator[str]:
-    """multiprocessing's default start method set as a program (or Python 3.14) sets it, then restored."""
-    with default_start_method(str(request.param)) as method:
-        yield method
 
 
 def test_a_dataset_class_defined_in_a_function_loads_with_threads_and_one_warning(pickling_start_method: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pickle
 import threading
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,12 +23,6 @@ from loaders import DataLoader
 from tests.loaders.helpers import Pictures, RangeDataset, default_start_method
 
 STOCK_WARNING = "Got pickle error when attempting to start a worker Process"
-
-
-@pytest.fixture(params=["forkserver", "spawn"])
-def pickling_start_method(request: pytest.FixtureRequest) -> Iterator[str]:
-    with default_start_method(str(request.param)) as method:
-        yield method
 
 
 def _first_batch(loader: Any) -> tuple[type[BaseException], list[str], list[str]]:
