@@ -162,10 +162,10 @@ class SampleSource:
         return self._share[2]
 
     def _jobs(self, where: Where, grid: SampleGrid, mine: np.ndarray) -> Iterator[Job]:
-        size = self.batch_size
+        size, full, tail = self.batch_size, grid.num_full, grid.tail_rows
         for position in range(where.position, grid.num_batches):
             if position not in where.ahead:
-                rows = mine[position * size:position * size + grid.rows_in(position)]
+                rows = mine[position * size:position * size + (size if position < full else tail)]
                 yield Job(where.epoch, position, SampleBatch(rows, where.epoch, grid=grid))
 
     # ------------------------------------------------------------ state

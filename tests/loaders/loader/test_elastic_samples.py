@@ -254,3 +254,22 @@ def test_with_the_node_cache_each_rank_plans_the_shards_it_reads_from_the_resume
         (mine,) = [uses for stream, uses in plan.items() if stream.endswith(f":rank{rank}")]
         assert list(mine) == shards
     end_job(loaders)
+
+
+def test_a_new_run_of_the_resumed_epoch_reads_it_on_its_own_grid(kinds: dict[str, MakeDataset]) -> None:
+    """After a resume on another global batch (a shifted grid) and the rest of that epoch, ``set_epoch`` of the
+    same epoch reads it whole, from its start: the loaded state applied to the run it resumed only."""
+    make = kinds["tar"]
+    state, consumed = _save_job(make, (1, 5, 0, "thread"), 7, rank=0)  # 35 samples: not a multiple of 2 x 4
+    loaders = sample_job(make, (2, 4, 0, "thread"))
+    for loader in loaders:
+        loader.load_state_dict(state)
+    order = epoch_order(make, 0)
+    assert sample_steps(loaders) == steps(order, consumed, 8, 2)
+    for loader in loaders:
+        loader.set_epoch(0)
+    iterators = iterate(loaders)
+    assert sample_steps(iterators, count=2) == steps(order, 0, 8)[:2]
+    assert {loader.state_dict()["samples"]["global_position"] for loader in loaders} == {16}
+    assert {len(loader) for loader in loaders} == {len(steps(order, 0, 8))}
+    end_job(loaders)
