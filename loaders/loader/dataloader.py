@@ -57,6 +57,7 @@ from loaders.loader.progress import (
     Progress,
     check_state,
 )
+from loaders.loader.sample_source import sample_source
 from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
 from loaders.read.topology import loader_topology
 from loaders.validate import check_int
@@ -90,7 +91,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     ``default_collate_fn`` if it has one (with batching), else ours (torch's batches,
     collated into pinned memory). Without a sampler, a dataset with a ``batch_source``
     method (``loaders.TokenDataset``, ``loaders.Mixture``) supplies the batches' order and
-    the resume state (by global position; ``order_digest``).
+    the resume state, and ``ShardDataset`` / ``ParquetShardDataset`` are read by global
+    position too (``loaders.loader.sample_source``): every rank the same number of batches,
+    and a state saved on any rank resumes a job of any ranks x batch size (``order_digest``).
 
     Topology (rank, world size): the dataset's own ``topology`` when it has one (a launcher
     without torch.distributed), else torch.distributed's or RANK / WORLD_SIZE; a dataset's
@@ -107,7 +110,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         worker_init_fn that cannot be pickled gets threads (iterable: the main process)
         with one warning, unless processes were asked for (worker_type="process", a
         ``multiprocessing_context``, or ``num_workers`` given for an iterable dataset or one
-        that does not release the GIL): then a ConfigError naming it and the start method.
+        that does not release the GIL): then, as stock, the first ``iter()`` warns and raises
+        pickle's error, with a note naming the part, the start method and the fix.
+        A ``worker_init_fn`` runs in each worker process, as torch runs it; thread workers
+        run it in each thread, inside the training process (said once, with a warning).
     threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
     seed: base seed of the order and of worker seeds; None: in a distributed job the
         same on every rank (``loaders.read.seeding.resolve_seed``), else drawn from
@@ -194,6 +200,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                 self.__dict__["sampler"] = sampler
                 if self.batch_size is not None:
                     self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
+            by_position = sample_source(self.dataset, sampler, batch_size=self.batch_size, owner=self._progress)
+            if by_position is not None:
+                return by_position
         return BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler, batch_size=self.batch_size,
                          position=self._progress)
 
@@ -339,14 +348,17 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     # ------------------------------------------------------------ resume state
 
     def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
-        """sha256 (hex) of which data the global sequences ``[start, stop)`` of ``epoch`` (default: the epoch
-        being read) hold, as this loader reads them, whatever its topology: (source, epoch, document, offset,
-        length) rows (``loaders.tokens.digest``). Equal digests prove that two runs, or a run and its resume,
-        read the same data in the same order; anything skipped or repeated changes it.
+        """sha256 (hex) of which data the global positions ``[start, stop)`` of ``epoch`` (default: the epoch
+        being read) hold, as this loader reads them, whatever its topology. Equal digests prove that two runs,
+        or a run and its resume, read the same data in the same order; anything skipped or repeated changes it.
 
-        For a dataset that brings a batch source with an order digest (``loaders.TokenDataset``,
-        ``loaders.Mixture``, no sampler given); ConfigError otherwise. IndexError for sequences
-        that a mixture resumed with new weights no longer addresses (those before the resume).
+        A global position is an entry of the epoch's order of all ranks together: a packed sequence of a
+        ``loaders.TokenDataset`` or ``loaders.Mixture`` ((source, epoch, document, offset, length) rows,
+        ``loaders.tokens.digest``), a sample of a ``ShardDataset`` / ``ParquetShardDataset``
+        (``loaders.read.sample_grid.order_digest``), a sample of any other map-style dataset in the
+        order the loader draws (one rank). ConfigError where the order is not the loader's (a sampler
+        given, an IterableDataset); IndexError for positions outside the epoch (or, for a mixture
+        resumed with new weights, those before the resume).
         """
         if check_int("stop", stop) < check_int("start", start):
             raise ConfigError(f"order_digest: 'stop' {stop} precedes 'start' {start}")
@@ -354,9 +366,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
             check_int("epoch", epoch)
         digest = getattr(self._chain.source, "order_digest", None)
         if not callable(digest):
-            raise ConfigError(f"order_digest needs a dataset whose batch source knows global sequences (a "
-                              f"TokenDataset or Mixture, with no sampler given); this loader reads "
-                              f"{type(self.dataset).__name__} through {type(self._chain.source).__name__}")
+            raise ConfigError(f"order_digest needs an order the loader draws itself (no sampler given, a map-style "
+                              f"dataset); this loader reads {type(self.dataset).__name__} through "
+                              f"{type(self._chain.source).__name__}")
         result: str = digest(start, stop, epoch)
         return result
 
@@ -381,9 +393,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         (a random sampler without state, an iterable dataset mid-epoch).
         """
         source = self._chain.source
+        upgrade = getattr(source, "upgrade_state", None)
+        if callable(upgrade):  # a state of the previous version, in this version's shape
+            state = upgrade(state)
         check_state(state, keys=(*LOADER_KEYS, source.key), dataset_len=length_or_none(self.dataset),
                     seed=self.seed if self._settings.seed_given else None,
-                    check_len=self._dataset_source() is None)
+                    check_len=not getattr(source, "identifies_data", False))
         where = source.resume_point(state)
         self._passes.end()
         if state[KEY_SEED] != self.seed:

@@ -25,6 +25,7 @@ import atexit
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import re
 import time
 import warnings
@@ -197,13 +198,17 @@ class ProcessWorkers:
     workers' batch cannot be pickled (for loaders whose user did not ask for workers);
     None: that batch fails. epoch_sync: the loader's (whether it drives the dataset's
     epoch); None: a new one. plan_decode: images read as decode plans (``decode="device"``).
+    start_note: added to a pickling error raised while the workers start (a part they receive
+    cannot be pickled: torch warns and raises it, as stock).
     Constructing starts nothing.
     """
 
     def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
                  skip_errors: bool, fallback: Callable[[int, Job], BatchOutcome] | None = None,
-                 epoch_sync: EpochSync | None = None, plan_decode: bool = False) -> None:
+                 epoch_sync: EpochSync | None = None, plan_decode: bool = False,
+                 start_note: str | None = None) -> None:
         self._fallback = fallback
+        self._start_note = start_note
         self._warned_fallback = False
         self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
         self._feeder = _Feeder()
@@ -250,7 +255,13 @@ class ProcessWorkers:
             raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
         self._epoch_channel.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
-        return self._outcomes(iter(self._loader))
+        try:
+            iterator = iter(self._loader)  # starts the workers (not persistent ones already running)
+        except (TypeError, AttributeError, pickle.PicklingError) as err:  # torch's catch around Process.start()
+            if self._start_note is not None:
+                err.add_note(self._start_note)
+            raise
+        return self._outcomes(iterator)
 
     def _outcomes(self, iterator: Any) -> Iterator[BatchOutcome]:
         # An abandoned pass leaves its processes to close(), which the DataLoader calls.

@@ -176,6 +176,7 @@ class LoaderSettings:
     worker_type: WorkerType
     threads_per_worker: int
     worker_init_fn: Callable[[int], None] | None
+    start_note: str | None  # added to the error of starting worker processes that cannot receive a part
     prefetch_factor: int | None
     persistent_workers: bool
     in_order: bool
@@ -206,6 +207,7 @@ class LoaderSettings:
             auto_collation=loader.batch_sampler is not None, collate_fn=loader.collate_fn,
             num_workers=workers.num_workers, workers_given=workers_given, worker_type=workers.worker_type,
             threads_per_worker=options.threads_per_worker, worker_init_fn=loader.worker_init_fn,
+            start_note=workers.start_note,
             prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
             in_order=loader.in_order, timeout_s=float(loader.timeout), pin_memory=loader.pin_memory,
             seed=resolve_seed(options.seed, generator, world_size=topology.world_size),

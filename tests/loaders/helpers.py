@@ -248,6 +248,15 @@ class BlockedDataset(RangeDataset):
         return torch.tensor(index)
 
 
+def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
+    """A loader state after ``torch.save`` and ``torch.load(weights_only=True)``, as a checkpoint keeps it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return loaded
+
+
 def flat(batches: list[Any]) -> list[Any]:
     """Batches as lists (tensors listed, anything else as it is)."""
     return [b.tolist() if isinstance(b, torch.Tensor) else b for b in batches]
