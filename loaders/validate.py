@@ -30,9 +30,10 @@ def is_count(value: object) -> bool:
 
 
 def check_int(name: str, value: object, minimum: int = 0) -> int:
-    """``value`` as an int (numpy ints accepted; bools and floats not); ConfigError below ``minimum`` (0 or 1)."""
+    """``value`` as an int (numpy ints accepted; bools and floats not); ConfigError below ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise invalid(name, "a positive int" if minimum == 1 else "a non-negative int", value)
+        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}" if minimum else "a non-negative int"
+        raise invalid(name, kind, value)
     return int(value)
 
 

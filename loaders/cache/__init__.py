@@ -20,7 +20,7 @@ from __future__ import annotations
 from loaders.cache.cache import CacheStats, ShardCache
 from loaders.cache.catalog import CacheEntry, Catalog
 from loaders.cache.config import CacheConfig, parse_limit
-from loaders.cache.errors import (
+from loaders.errors import (
     CacheError,
     CacheLimitError,
     CacheTimeoutError,
@@ -30,7 +30,7 @@ from loaders.cache.errors import (
 )
 from loaders.cache.layout import disk_bytes
 from loaders.cache.lease import Lease
-from loaders.cache.schedule import Position, Schedule
+from loaders.cache.schedule import NextUse, Schedule
 
 __all__ = [
     "CacheConfig",
@@ -42,7 +42,7 @@ __all__ = [
     "Catalog",
     "DatasetChangedError",
     "Lease",
-    "Position",
+    "NextUse",
     "Schedule",
     "ShardCache",
     "ShardFetchError",

@@ -30,7 +30,7 @@ from loaders.cache.catalog import CacheEntry, Catalog
 from loaders.cache.config import CacheConfig
 from loaders.cache.cursors import CursorBoard
 from loaders.cache.download import download_config, fill, publish
-from loaders.cache.errors import (
+from loaders.errors import (
     CacheError,
     CacheLimitError,
     CacheTimeoutError,
@@ -42,14 +42,14 @@ from loaders.cache.layout import BLOCK_BYTES, CacheLayout
 from loaders.cache.lease import Lease
 from loaders.cache.locks import lock_file, unlock_close
 from loaders.cache.prefetch import Prefetcher
-from loaders.cache.schedule import Position, Schedule, by_distance
+from loaders.cache.schedule import NextUse, Schedule, by_distance
 from loaders.cache.space import Claim, ClaimKind, Space
 from loaders.errors import ConfigError, ShardError
 
 __all__ = ["CacheStats", "ShardCache"]
 
 log = logging.getLogger("loaders.cache")
-STATE_VERSION = 1
+CACHE_STATE_VERSION = 1
 _MAX_HORIZON = 1 << 16
 KEY_VERSION, KEY_POSITIONS = "version", "positions"
 
@@ -170,13 +170,13 @@ class ShardCache:
     def state_dict(self) -> dict[str, Any]:
         """Where this process's readers are: ``{"version": 1, "positions": {stream: [epoch, index]}}``."""
         positions = {s: [p.epoch, p.index] for s, p in sorted(self._board.own().items())}
-        return {KEY_VERSION: STATE_VERSION, KEY_POSITIONS: positions}
+        return {KEY_VERSION: CACHE_STATE_VERSION, KEY_POSITIONS: positions}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get(KEY_VERSION) != STATE_VERSION:
+        if state.get(KEY_VERSION) != CACHE_STATE_VERSION:
             raise ConfigError(f"cache state version {state.get(KEY_VERSION)!r} not supported (expected "
-                              f"{STATE_VERSION})")
-        self._board.load({s: Position(int(e), int(i)) for s, (e, i) in state[KEY_POSITIONS].items()})
+                              f"{CACHE_STATE_VERSION})")
+        self._board.load({s: NextUse(int(e), int(i)) for s, (e, i) in state[KEY_POSITIONS].items()})
 
     def close(self) -> None:
         """Stop prefetching and withdraw this process's positions; the folder stays for the next run."""

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from loaders.cache.layout import CacheLayout
 from loaders.cache.locks import lock_file, unlock_close
-from loaders.cache.schedule import Position
+from loaders.cache.schedule import NextUse
 
 __all__ = ["CursorBoard"]
 
@@ -32,11 +32,11 @@ class CursorBoard:
     def __init__(self, layout: CacheLayout) -> None:
         self.layout = layout
         self._lock = threading.Lock()
-        self._positions: dict[str, dict[int, Position]] = {}
+        self._positions: dict[str, dict[int, NextUse]] = {}
         self._token: str | None = None
         self._alive_fd: int | None = None
 
-    def record(self, stream: str, position: Position) -> None:
+    def record(self, stream: str, position: NextUse) -> None:
         """Reader ``threading.get_ident()`` of ``stream`` is at ``position``; published at once when it moved."""
         reader = threading.get_ident()
         with self._lock:
@@ -54,14 +54,14 @@ class CursorBoard:
             for reader in [r for r in readers if r not in alive]:
                 del readers[reader]
 
-    def load(self, positions: Mapping[str, Position]) -> None:
+    def load(self, positions: Mapping[str, NextUse]) -> None:
         """Start from saved positions (resume): one reader per stream, this thread."""
         with self._lock:
             for stream, position in positions.items():
                 self._positions[stream] = {threading.get_ident(): position}
             self._publish()
 
-    def own(self) -> dict[str, Position]:
+    def own(self) -> dict[str, NextUse]:
         """This process's position per stream (the smallest of its readers')."""
         with self._lock:
             return {s: min(r.values()) for s, r in self._positions.items() if r}
@@ -78,9 +78,9 @@ class CursorBoard:
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, final)
 
-    def read_all(self) -> dict[str, Position]:
+    def read_all(self) -> dict[str, NextUse]:
         """Every live process's positions merged: the smallest per stream."""
-        merged: dict[str, Position] = {}
+        merged: dict[str, NextUse] = {}
         for name in sorted(os.listdir(self.layout.streams)):
             if not name.endswith(".json") or name.startswith("."):
                 continue
@@ -93,7 +93,7 @@ class CursorBoard:
                 continue  # removed, or its writer died between the write and the rename
             for stream, positions in doc.get("streams", {}).items():
                 for epoch, index in positions:
-                    position = Position(int(epoch), int(index))
+                    position = NextUse(int(epoch), int(index))
                     if stream not in merged or position < merged[stream]:
                         merged[stream] = position
         return merged

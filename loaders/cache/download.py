@@ -29,7 +29,7 @@ from pathlib import Path
 from dataprep.formats.durable import start_writeback
 from dataprep.remote import ObjectMeta, RemoteConfig, RemoteError, RemoteStore
 from loaders.cache.catalog import CacheEntry
-from loaders.cache.errors import ShardFetchError, ShardIntegrityError
+from loaders.errors import ShardFetchError, ShardIntegrityError
 
 __all__ = ["DOWNLOAD_CHUNK_BYTES", "DownloadStopped", "download_config", "fill", "publish"]
 

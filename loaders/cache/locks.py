@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loaders.cache.errors import CacheTimeoutError
+from loaders.errors import CacheTimeoutError
 
 __all__ = ["held", "lock_file", "try_lock", "unlock_close"]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from loaders.cache.config import CacheConfig
 from loaders.cache.download import DownloadStopped
-from loaders.cache.errors import CacheError
+from loaders.errors import CacheError
 from loaders.cache.layout import CacheLayout
 from loaders.cache.locks import lock_file, unlock_close
 from loaders.cache.space import Claim, ClaimKind, Space

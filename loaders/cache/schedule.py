@@ -3,7 +3,7 @@
 A ``Schedule`` holds, per epoch, each stream's uses: the object names a stream (a rank,
 or whatever the dataset reports as one) opens, in order. The order is a pure function of
 (seed, epoch, topology), so every process of a node can give the same schedule. A
-``Position`` (epoch, index) is where a reader of a stream is; a stream's timeline runs
+``NextUse`` (epoch, index) is where a reader of a stream is; a stream's timeline runs
 through the planned epochs in order, so distances cross the epoch boundary.
 
 ``next_use`` is the number of opens until an object is needed again (the smallest over
@@ -19,11 +19,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Position", "Schedule", "by_distance", "eviction_order"]
+__all__ = ["NextUse", "Schedule", "by_distance", "eviction_order"]
 
 
 @dataclass(frozen=True, order=True, slots=True)
-class Position:
+class NextUse:
     """The next use a reader of a stream will make: ``index`` in the stream's uses of ``epoch``."""
 
     epoch: int
@@ -46,23 +46,23 @@ class Schedule:
     def streams(self) -> set[str]:
         return {s for uses in self.epochs.values() for s in uses}
 
-    def start(self) -> Position:
+    def start(self) -> NextUse:
         """Where a stream that has opened nothing yet is: the start of the first planned epoch."""
-        return Position(min(self.epochs, default=0), 0)
+        return NextUse(min(self.epochs, default=0), 0)
 
-    def locate(self, stream: str, epoch: int, name: str, at: Position | None) -> Position | None:
+    def locate(self, stream: str, epoch: int, name: str, at: NextUse | None) -> NextUse | None:
         """The position of ``name`` in ``stream``'s uses of ``epoch``: the first at or after ``at`` when
         ``at`` is in that epoch, else the first; None when not planned."""
         uses = self.epochs.get(epoch, {}).get(stream, ())
         begin = at.index if at is not None and at.epoch == epoch else 0
         for offset in (begin, 0):
             try:
-                return Position(epoch, uses.index(name, offset))
+                return NextUse(epoch, uses.index(name, offset))
             except ValueError:
                 continue
         return None
 
-    def timeline(self, stream: str, at: Position, horizon: int | None = None) -> list[str]:
+    def timeline(self, stream: str, at: NextUse, horizon: int | None = None) -> list[str]:
         """The names ``stream`` opens from ``at`` on, across the planned epochs (the first ``horizon`` of them)."""
         found: list[str] = []
         for epoch, uses in self.epochs.items():
@@ -72,7 +72,7 @@ class Schedule:
             found.extend(names if horizon is None else names[: horizon - len(found)])
         return found
 
-    def distances(self, cursors: Mapping[str, Position], horizon: int | None = None) -> dict[str, float]:
+    def distances(self, cursors: Mapping[str, NextUse], horizon: int | None = None) -> dict[str, float]:
         """Opens until each planned object's next use, over all streams (absent: not needed within ``horizon``)."""
         found: dict[str, float] = {}
         for stream in sorted(self.streams):
@@ -81,7 +81,7 @@ class Schedule:
                     found[name] = step
         return found
 
-    def upcoming(self, cursors: Mapping[str, Position], horizon: int | None = None) -> list[str]:
+    def upcoming(self, cursors: Mapping[str, NextUse], horizon: int | None = None) -> list[str]:
         """The planned objects from the readers' positions on, soonest needed first (ties: by name)."""
         return by_distance(self.distances(cursors, horizon))
 

@@ -33,8 +33,9 @@ import numpy as np
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 
 from loaders.errors import ConfigError
-from loaders.loader.batch_source import KEY_SAMPLER, KEY_WORLD_SIZE, Job, length_or_none
-from loaders.loader.progress import KEY_AHEAD, KEY_BATCH_SIZE, KEY_EPOCH, KEY_PLAN, KEY_POSITION, Where, expect
+from loaders.loader.batch_source import KEY_SAMPLER, Job, length_or_none
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_WORLD_SIZE
+from loaders.loader.progress import KEY_AHEAD, KEY_PLAN, KEY_BATCH_POSITION, Where, expect
 from loaders.loader.stage import Position
 from loaders.read.order import epoch_order
 from loaders.read.sample_grid import order_digest
@@ -206,9 +207,10 @@ class BatchPlan:
         if nest.get(KEY_WORLD_SIZE) != world_size:
             raise ConfigError(f"DataLoader state {self.key!r} world_size: expected {world_size} (this loader), got "
                               f"{nest.get(KEY_WORLD_SIZE)!r}; resume with the same number of ranks")
-        if state[KEY_POSITION] or state[KEY_AHEAD]:
+        if state[KEY_BATCH_POSITION] or state[KEY_AHEAD]:
             self._check_replayable()
-        return Where(state[KEY_EPOCH], state[KEY_POSITION], frozenset(int(p) for p in state[KEY_AHEAD]), begun=True)
+        ahead = frozenset(int(p) for p in state[KEY_AHEAD])
+        return Where(state[KEY_EPOCH], state[KEY_BATCH_POSITION], ahead, begun=True)
 
     def _check_replayable(self) -> None:
         """ConfigError unless a mid-epoch position in this order can be found again."""

@@ -27,14 +27,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
-from loaders.loader.progress import KEY_AHEAD, KEY_BATCH_SIZE, KEY_EPOCH, KEY_PLAN, KEY_POSITION, Where, expect
+from loaders.loader.progress import KEY_AHEAD, KEY_PLAN, KEY_BATCH_POSITION, Where, expect
 from loaders.loader.stage import Position, Stage
 
 __all__ = ["BatchSource", "IterableSource", "Job", "SourceRequest", "length_or_none"]
 
 KEY_SAMPLER = "sampler"
-KEY_WORLD_SIZE = "world_size"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +113,7 @@ class IterableSource:
 
     def resume_point(self, state: Mapping[str, Any]) -> Where:
         expect(state, KEY_BATCH_SIZE, self.batch_size)
-        if state[KEY_POSITION] or state[KEY_AHEAD]:
+        if state[KEY_BATCH_POSITION] or state[KEY_AHEAD]:
             raise ConfigError("cannot resume an IterableDataset mid-epoch: the loader does not know its order; "
                               "resume at an epoch boundary or make the dataset resume itself")
         return Where(state[KEY_EPOCH], begun=True)

@@ -47,16 +47,8 @@ from loaders.loader.decode_stage import LoaderStats, decode_stage, loader_stats
 from loaders.loader.epoch_pass import Chain, LoaderIterator, Passes
 from loaders.loader.failures import FailurePolicy
 from loaders.loader.pool import WorkerPool
-from loaders.loader.progress import (
-    KEY_BATCH_SIZE,
-    KEY_DATASET_LEN,
-    KEY_SEED,
-    KEY_VERSION,
-    LOADER_KEYS,
-    STATE_VERSION,
-    Progress,
-    check_state,
-)
+from loaders.loader.progress import KEY_DATASET_LEN, LOADER_KEYS, LOADER_STATE_VERSION, Progress, check_state
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_SEED, KEY_VERSION
 from loaders.loader.sample_source import sample_source
 from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
 from loaders.read.topology import loader_topology
@@ -348,17 +340,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     # ------------------------------------------------------------ resume state
 
     def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
-        """sha256 (hex) of which data the global positions ``[start, stop)`` of ``epoch`` (default: the epoch
-        being read) hold, as this loader reads them, whatever its topology. Equal digests prove that two runs,
-        or a run and its resume, read the same data in the same order; anything skipped or repeated changes it.
-
-        A global position is an entry of the epoch's order of all ranks together: a packed sequence of a
-        ``loaders.TokenDataset`` or ``loaders.Mixture`` ((source, epoch, document, offset, length) rows,
-        ``loaders.tokens.digest``), a sample of a ``ShardDataset`` / ``ParquetShardDataset``
-        (``loaders.read.sample_grid.order_digest``), a sample of any other map-style dataset in the
-        order the loader draws (one rank). ConfigError where the order is not the loader's (a sampler
-        given, an IterableDataset); IndexError for positions outside the epoch (or, for a mixture
-        resumed with new weights, those before the resume).
+        """sha256 (hex) of which data the global positions ``[start, stop)`` of ``epoch`` (default: the one
+        being read) hold, whatever the topology: equal digests prove two runs (or a run and its resume) read the
+        same data in the same order. A global position is an entry of the epoch's order of all ranks: a packed
+        sequence (``loaders.tokens.digest``), a sample of a shard dataset (``read.sample_grid.order_digest``) or
+        of any other map-style dataset in the loader's order. ConfigError where the order is not the loader's
+        (a sampler given, an IterableDataset); IndexError for positions outside the epoch.
         """
         if check_int("stop", stop) < check_int("start", start):
             raise ConfigError(f"order_digest: 'stop' {stop} precedes 'start' {start}")
@@ -377,7 +364,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         ``loaders.loader.progress``)."""
         source = self._chain.source
         return {
-            KEY_VERSION: STATE_VERSION,
+            KEY_VERSION: LOADER_STATE_VERSION,
             **self._progress.state(),
             KEY_SEED: self.seed,
             KEY_BATCH_SIZE: self.batch_size,

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_SEED, KEY_VERSION
 from loaders.errors import ConfigError
 from loaders.loader.fetch import Skip
 from loaders.validate import is_count
@@ -47,15 +48,15 @@ __all__ = [
     "KEY_FAILURE_EPOCH",
     "KEY_FAILURES",
     "KEY_PLAN",
-    "KEY_POSITION",
+    "KEY_BATCH_POSITION",
     "KEY_SAMPLES_SEEN",
     "KEY_SEED",
     "KEY_SKIPPED",
     "KEY_VERSION",
     "LOADER_KEYS",
-    "READABLE_VERSIONS",
-    "STATE_KEYS",
-    "STATE_VERSION",
+    "READABLE_STATE_VERSIONS",
+    "LOADER_STATE_KEYS",
+    "LOADER_STATE_VERSION",
     "Delivery",
     "PassRecord",
     "Progress",
@@ -64,14 +65,10 @@ __all__ = [
     "expect",
 ]
 
-STATE_VERSION = 3  # 3: a sample dataset's global position under "samples" (2: its per-rank batches under "plan")
-READABLE_VERSIONS = (2, 3)  # a version-2 state is read (a batch source may translate it: ``upgrade_state``)
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
-KEY_POSITION = "position"  # batches 0..position-1 of the epoch all handed to the training loop
+LOADER_STATE_VERSION = 3  # 3: a sample dataset's global position under "samples" (2: its per-rank batches under "plan")
+READABLE_STATE_VERSIONS = (2, 3)  # a version-2 state is read (a batch source may translate it: ``upgrade_state``)
+KEY_BATCH_POSITION = "position"  # batches 0..position-1 of the epoch all handed to the training loop
 KEY_AHEAD = "ahead"  # positions handed over past that prefix (in_order=False)
-KEY_SEED = "seed"
-KEY_BATCH_SIZE = "batch_size"
 KEY_DATASET_LEN = "dataset_len"
 KEY_FAILURES = "failures"
 KEY_FAILURE_EPOCH = "epoch"  # in the failures nest: the epoch whose skips are counted
@@ -80,9 +77,9 @@ KEY_ACCOUNTING = "accounting"
 KEY_SAMPLES_SEEN = "samples_seen"
 KEY_COMPLETED = "completed_epoch"  # in the accounting nest: the epoch whose last batch moved us here, else None
 KEY_PLAN = "plan"  # the key of the sampler's batch source (BatchPlan) and of an iterable dataset's
-LOADER_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_AHEAD, KEY_SEED, KEY_BATCH_SIZE, KEY_DATASET_LEN,
+LOADER_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_BATCH_POSITION, KEY_AHEAD, KEY_SEED, KEY_BATCH_SIZE, KEY_DATASET_LEN,
                KEY_FAILURES, KEY_ACCOUNTING)
-STATE_KEYS = (*LOADER_KEYS, KEY_PLAN)  # with the sampler's batch source
+LOADER_STATE_KEYS = (*LOADER_KEYS, KEY_PLAN)  # with the sampler's batch source
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +214,7 @@ class Progress:
 
     def state(self) -> dict[str, Any]:
         """The owner's part of the state: epoch, position, ahead, and the failures and accounting nests."""
-        return {KEY_EPOCH: self.epoch, KEY_POSITION: self.position, KEY_AHEAD: sorted(self.ahead),
+        return {KEY_EPOCH: self.epoch, KEY_BATCH_POSITION: self.position, KEY_AHEAD: sorted(self.ahead),
                 KEY_FAILURES: {KEY_FAILURE_EPOCH: self.epoch, KEY_SKIPPED: self.skipped},
                 KEY_ACCOUNTING: {KEY_SAMPLES_SEEN: self.samples_seen, KEY_COMPLETED: self.completed}}
 
@@ -265,14 +262,14 @@ def check_state(state: object, *, keys: Sequence[str], dataset_len: int | None, 
     """
     if not isinstance(state, Mapping):
         raise ConfigError(f"DataLoader state must be a mapping (got {type(state).__name__})")
-    if state.get(KEY_VERSION) not in READABLE_VERSIONS:
-        raise ConfigError(f"DataLoader state version: expected one of {READABLE_VERSIONS}, got "
+    if state.get(KEY_VERSION) not in READABLE_STATE_VERSIONS:
+        raise ConfigError(f"DataLoader state version: expected one of {READABLE_STATE_VERSIONS}, got "
                           f"{state.get(KEY_VERSION)!r}; "
                           "resume with the loaders version that saved it")
     missing = [key for key in keys if key not in state]
     if missing:
         raise ConfigError(f"DataLoader state lacks {', '.join(map(repr, missing))} (got keys {sorted(state)})")
-    for key in (KEY_EPOCH, KEY_POSITION):
+    for key in (KEY_EPOCH, KEY_BATCH_POSITION):
         if not is_count(state[key]):
             raise ConfigError(f"DataLoader state {key!r} must be a non-negative int (got {state[key]!r})")
     accounting, failures = state[KEY_ACCOUNTING], state[KEY_FAILURES]

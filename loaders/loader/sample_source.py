@@ -35,19 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_DATA, KEY_EPOCH, KEY_RANK, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
-from loaders.loader.batch_source import KEY_SAMPLER, KEY_WORLD_SIZE, Job
-from loaders.loader.progress import (
-    KEY_AHEAD,
-    KEY_BATCH_SIZE,
-    KEY_DATASET_LEN,
-    KEY_PLAN,
-    KEY_POSITION,
-    KEY_VERSION,
-    STATE_VERSION,
-    Where,
-)
-from loaders.loader.progress import KEY_EPOCH as KEY_LOADER_EPOCH
+from loaders.loader.batch_source import KEY_SAMPLER, Job
+from loaders.loader.progress import (KEY_AHEAD, KEY_BATCH_POSITION, KEY_DATASET_LEN, KEY_PLAN, LOADER_STATE_VERSION,
+                                     Where)
 from loaders.loader.stage import Position
 from loaders.read.order import OrderMode, epoch_order
 from loaders.read.read_plan import ReadPlan
@@ -58,12 +50,9 @@ __all__ = ["KEY_SAMPLES", "DataId", "SampleSource", "sample_source"]
 
 KEY_SAMPLES = "samples"  # the source's key in the loader's state
 SOURCE_VERSION = 1
-KEY_EPOCH = "epoch"
 KEY_GLOBAL_POSITION = "global_position"  # order positions [0, global_position) of the epoch consumed by all ranks
-KEY_RANK = "rank"
 KEY_ORDER = "order"
 KEY_MODE, KEY_BLOCK_SIZE, KEY_SEED = "mode", "block_size", "seed"
-KEY_DATA = "data"
 KEY_DIGEST, KEY_NUM_SAMPLES = "digest", "num_samples"
 NEST_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_GLOBAL_POSITION, KEY_BATCH_SIZE, KEY_WORLD_SIZE, KEY_RANK, KEY_ORDER,
              KEY_DATA)
@@ -220,8 +209,8 @@ class SampleSource:
         """This loader's (epoch, position) for the saved global position, on its own (B, W)."""
         nest = state[self.key]
         epoch, position = self._read(nest)
-        if state[KEY_LOADER_EPOCH] != epoch:
-            raise ConfigError(f"DataLoader state: epoch {state[KEY_LOADER_EPOCH]!r} but {KEY_SAMPLES!r} epoch "
+        if state[KEY_EPOCH] != epoch:
+            raise ConfigError(f"DataLoader state: epoch {state[KEY_EPOCH]!r} but {KEY_SAMPLES!r} epoch "
                               f"{epoch} (an inconsistent state)")
         grid = SampleGrid(self.plan.num_samples, self.batch_size, self.world_size, self.plan.drop_last, position)
         return Where(epoch, grid.first_batch, self._ahead(state[KEY_AHEAD], nest), begun=True)
@@ -244,27 +233,28 @@ class SampleSource:
         self._resumed = self._read(state)
 
     def upgrade_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A loader state of version ``STATE_VERSION - 1`` with this dataset's positions under ``"plan"``
+        """A loader state of version ``LOADER_STATE_VERSION - 1`` with this dataset's positions under ``"plan"``
         (``DistributedSampler``'s split, which covers global positions ``[0, position x B x W)``) as a state
         of this version; any other state as it is."""
-        if not isinstance(state, Mapping) or state.get(KEY_VERSION) != STATE_VERSION - 1 or self.key in state:
+        if not isinstance(state, Mapping) or state.get(KEY_VERSION) != LOADER_STATE_VERSION - 1 or self.key in state:
             return state
         nest = state.get(KEY_PLAN)
         if not isinstance(nest, Mapping):
             return state
         world_size, batch_size = nest.get(KEY_WORLD_SIZE), state.get(KEY_BATCH_SIZE) or 1
         if nest.get(KEY_SAMPLER) is not None or not isinstance(world_size, int) or not isinstance(batch_size, int):
-            raise ConfigError(f"DataLoader state of version {STATE_VERSION - 1}: its {KEY_PLAN!r} {dict(nest)!r} is "
+            old = LOADER_STATE_VERSION - 1
+            raise ConfigError(f"DataLoader state of version {old}: its {KEY_PLAN!r} {dict(nest)!r} is "
                               "not this dataset's own order (a sampler's state, or no world size); it cannot be read "
                               "by global position")
-        position = state.get(KEY_POSITION)
+        position = state.get(KEY_BATCH_POSITION)
         consumed = min(position * batch_size * world_size, self.plan.num_samples) if isinstance(position, int) else 0
-        samples = {KEY_VERSION: SOURCE_VERSION, KEY_EPOCH: state.get(KEY_LOADER_EPOCH),
+        samples = {KEY_VERSION: SOURCE_VERSION, KEY_EPOCH: state.get(KEY_EPOCH),
                    KEY_GLOBAL_POSITION: consumed, KEY_BATCH_SIZE: batch_size, KEY_WORLD_SIZE: world_size,
                    KEY_RANK: None, KEY_ORDER: None,  # not recorded then: the rank split and order are the same
                    KEY_DATA: {KEY_NUM_SAMPLES: state.get(KEY_DATASET_LEN)}}
         upgraded = {key: value for key, value in state.items() if key != KEY_PLAN}
-        return {**upgraded, KEY_VERSION: STATE_VERSION, self.key: samples}
+        return {**upgraded, KEY_VERSION: LOADER_STATE_VERSION, self.key: samples}
 
     # ------------------------------------------------------------ the order digest
 

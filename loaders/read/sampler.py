@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch.utils.data
 
+from loaders.state_keys import KEY_EPOCH, KEY_SEED, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
 from loaders.read.read_plan import ReadPlan
@@ -28,13 +29,9 @@ from loaders.read.sample_grid import GridIndex, SampleGrid
 from loaders.read.topology import Topology
 from loaders.validate import check_bool, check_int
 
-STATE_VERSION = 1
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
-KEY_POSITION = "position"
-KEY_SEED = "seed"
+SAMPLER_STATE_VERSION = 1
+KEY_SAMPLE_POSITION = "position"
 KEY_NUM_SAMPLES = "num_samples"
-KEY_WORLD_SIZE = "world_size"
 
 # Indices are turned into Python ints a chunk at a time: one big tolist() of a 10^7-sample
 # epoch would allocate ~300 MB of int objects before the first sample is yielded.
@@ -235,9 +232,9 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
     def state_dict(self) -> dict[str, int]:
         """The resume state (see the module docstring): small, plain ints."""
         return {
-            KEY_VERSION: STATE_VERSION,
+            KEY_VERSION: SAMPLER_STATE_VERSION,
             KEY_EPOCH: self._epoch,
-            KEY_POSITION: self._position,
+            KEY_SAMPLE_POSITION: self._position,
             KEY_SEED: self._seed,
             KEY_NUM_SAMPLES: self._num_samples,
             KEY_WORLD_SIZE: self._topology.world_size,
@@ -252,12 +249,12 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         """
         if not isinstance(state, Mapping):
             raise ConfigError(f"sampler state must be a mapping (got {type(state).__name__})")
-        missing = [k for k in (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_SEED, KEY_NUM_SAMPLES, KEY_WORLD_SIZE)
+        missing = [k for k in (KEY_VERSION, KEY_EPOCH, KEY_SAMPLE_POSITION, KEY_SEED, KEY_NUM_SAMPLES, KEY_WORLD_SIZE)
                    if k not in state]
         if missing:
             raise ConfigError(f"sampler state lacks {', '.join(map(repr, missing))} (got keys {sorted(state)})")
-        if state[KEY_VERSION] != STATE_VERSION:
-            raise ConfigError(f"sampler state version: expected {STATE_VERSION}, got {state[KEY_VERSION]!r}")
+        if state[KEY_VERSION] != SAMPLER_STATE_VERSION:
+            raise ConfigError(f"sampler state version: expected {SAMPLER_STATE_VERSION}, got {state[KEY_VERSION]!r}")
         expected = {KEY_SEED: self._seed, KEY_NUM_SAMPLES: self._num_samples,
                     KEY_WORLD_SIZE: self._topology.world_size}
         for key, value in expected.items():
@@ -267,7 +264,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
                     "resume with the same seed, dataset and world size"
                 )
         epoch = check_int(KEY_EPOCH, state[KEY_EPOCH], 0)
-        position = check_int(KEY_POSITION, state[KEY_POSITION], 0)
+        position = check_int(KEY_SAMPLE_POSITION, state[KEY_SAMPLE_POSITION], 0)
         if position > self._len:
             raise ConfigError(f"sampler state 'position': expected at most {self._len} (samples per rank), "
                               f"got {position}")

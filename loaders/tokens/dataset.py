@@ -25,28 +25,27 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from loaders.state_keys import KEY_DATA, KEY_VERSION
 from loaders.cache import CacheConfig
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import SourceRequest
 from loaders.read.sampler import SampleIndex
 from loaders.read.topology import Topology
-from loaders.tokens.arguments import check_int
+from loaders.validate import check_int
 from loaders.tokens.collate import collate
 from loaders.tokens.digest import OrderDigest
 from loaders.tokens.distribution import GlobalGrid
 from loaders.tokens.loader_source import TokenSource
-from loaders.tokens.mixture_state import Segment, data_differences
-from loaders.tokens.packing import PackingPlan, Segments
+from loaders.tokens.mixture_state import ScheduleSegment, data_differences
+from loaders.tokens.packing import PackingPlan, DocumentSegments
 from loaders.tokens.permutation import epoch_permutation
-from loaders.tokens.reader import TokenCorpus, Tokenizer
+from loaders.tokens.reader import TokenCorpus, TokenizerBlock
 from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields, label_dtype, window_fields
 
-__all__ = ["KEY_DATA", "KEY_VERSION", "STATE_VERSION", "TokenDataset"]
+__all__ = ["KEY_DATA", "KEY_VERSION", "STREAM_STATE_VERSION", "TokenDataset"]
 
-STATE_VERSION = 1  # of stream_state()
-KEY_VERSION = "version"
-KEY_DATA = "data"  # describe() of the data it was saved with
+STREAM_STATE_VERSION = 1  # of stream_state()
 
 _CACHED_PLANS = 2  # the epoch being read and the next (a batch straddling set_epoch)
 _DIGEST_CHUNK = 4096  # sequences per segments() call in order_digest
@@ -104,7 +103,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         self._lock = threading.Lock()
 
     @property
-    def tokenizer(self) -> Tokenizer:
+    def tokenizer(self) -> TokenizerBlock:
         return self.corpus.tokenizer
 
     @property
@@ -124,7 +123,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
     def __len__(self) -> int:
         return self.num_sequences
 
-    def epoch_length(self, epoch: int, segment: Segment | None = None) -> int:
+    def epoch_length(self, epoch: int, segment: ScheduleSegment | None = None) -> int:
         """Sequences in ``epoch`` (all ranks): the same in every epoch, ``len(self)`` (no schedule: ``segment``
         is a ``Mixture``'s)."""
         return self.num_sequences
@@ -157,8 +156,8 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
             raise IndexError(f"sequence {index} outside [0, {self.num_sequences}) of {self.corpus.paths[0]}")
         return index, epoch
 
-    def segments(self, first: int, stop: int, epoch: int) -> Segments:
-        """Where sequences ``[first, stop)`` of ``epoch`` come from (``loaders.tokens.packing.Segments``)."""
+    def segments(self, first: int, stop: int, epoch: int) -> DocumentSegments:
+        """Where sequences ``[first, stop)`` of ``epoch`` come from (``loaders.tokens.packing.DocumentSegments``)."""
         return self.plan(epoch).segments(first, stop)
 
     def window(self, index: int, epoch: int) -> np.ndarray:
@@ -181,7 +180,8 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         source, document = self.corpus.source_of(segments.document)
         return np.stack([source, np.full_like(source, epoch), document, segments.offset, segments.length], axis=1)
 
-    def order_digest(self, start: int, stop: int, epoch: int | None = None, segment: Segment | None = None) -> str:
+    def order_digest(self, start: int, stop: int, epoch: int | None = None,
+                     segment: ScheduleSegment | None = None) -> str:
         """sha256 (hex) of the segments sequences ``[start, stop)`` of ``epoch`` hold (``loaders.tokens.digest``)."""
         epoch = self.epoch if epoch is None else epoch
         digest = OrderDigest()
@@ -194,16 +194,17 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
         return {**self.corpus.describe(), "seq_len": self.seq_len, "seed": self.seed,
                 "mask_across_documents": self.mask_across_documents}
 
-    def stream_state(self, epoch: int, sequence: int, segment: Segment | None = None) -> dict[str, Any]:
+    def stream_state(self, epoch: int, sequence: int, segment: ScheduleSegment | None = None) -> dict[str, Any]:
         """What a resume checks the data against: ``{"version": 1, "data": describe()}`` (the position is the
         caller's: ``loaders.tokens.loader_source``)."""
-        return {KEY_VERSION: STATE_VERSION, KEY_DATA: self.describe()}
+        return {KEY_VERSION: STREAM_STATE_VERSION, KEY_DATA: self.describe()}
 
     def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> None:
         """Check a ``stream_state``: ConfigError naming what differs (data, seq_len, seed, tokenizer, masking)."""
-        if not isinstance(state, Mapping) or state.get(KEY_VERSION) != STATE_VERSION or KEY_DATA not in state:
+        if not isinstance(state, Mapping) or state.get(KEY_VERSION) != STREAM_STATE_VERSION or KEY_DATA not in state:
             got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
-            raise ConfigError(f"not a TokenDataset state of version {STATE_VERSION} (got {got}); hint: a state saved "
+            version = STREAM_STATE_VERSION
+            raise ConfigError(f"not a TokenDataset state of version {version} (got {got}); hint: a state saved "
                               "over a Mixture resumes a Mixture")
         diff = data_differences(state[KEY_DATA], self.describe())
         if diff:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from loaders.errors import ConfigError
-from loaders.tokens.arguments import check_int
+from loaders.validate import check_int
 
 __all__ = ["GlobalGrid", "GlobalPosition", "GridStart", "resume_grid"]
 

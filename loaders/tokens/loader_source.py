@@ -32,27 +32,24 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_RANK, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import Job, SourceRequest
 from loaders.loader.progress import KEY_AHEAD, Where
-from loaders.loader.progress import KEY_EPOCH as KEY_LOADER_EPOCH
 from loaders.read.topology import Topology
 from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
-from loaders.tokens.mixture_state import Segment
+from loaders.tokens.mixture_state import ScheduleSegment
 from loaders.tokens.stream import StreamIndex, TokenStream
 
-__all__ = ["KEY_SEQUENCE", "KEY_STREAM", "KEY_TOKENS", "STATE_KEYS", "STATE_VERSION", "TokenSource"]
+__all__ = [
+    "KEY_SEQUENCE", "KEY_STREAM", "KEY_TOKENS", "TOKEN_SOURCE_STATE_KEYS", "TOKEN_SOURCE_STATE_VERSION", "TokenSource",
+]
 
 KEY_TOKENS = "tokens"  # the source's key in the loader's state
-STATE_VERSION = 1
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
+TOKEN_SOURCE_STATE_VERSION = 1
 KEY_SEQUENCE = "sequence"  # sequences [0, sequence) of the epoch consumed by all ranks
-KEY_BATCH_SIZE = "batch_size"
-KEY_WORLD_SIZE = "world_size"
-KEY_RANK = "rank"
 KEY_STREAM = "stream"  # the dataset's stream_state()
-STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_SEQUENCE, KEY_BATCH_SIZE, KEY_WORLD_SIZE, KEY_RANK, KEY_STREAM)
+TOKEN_SOURCE_STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_SEQUENCE, KEY_BATCH_SIZE, KEY_WORLD_SIZE, KEY_RANK, KEY_STREAM)
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ class Resumed:
 
     epoch: int
     origin: int
-    segment: Segment | None
+    segment: ScheduleSegment | None
 
 
 def _count(nest: Mapping[str, Any], key: str) -> int:
@@ -92,7 +89,7 @@ class TokenSource:
         self._owner = request.owner
         self._resumed: Resumed | None = None  # set by load_state_dict, for that epoch's run only
 
-    def _segment(self, epoch: int, where: Where) -> tuple[int, Segment | None]:
+    def _segment(self, epoch: int, where: Where) -> tuple[int, ScheduleSegment | None]:
         """(grid origin, schedule segment) of ``epoch`` seen from the owner at ``where``: a loaded state's for
         the run of its epoch it resumed (not for a new run of that epoch, about to begin)."""
         resumed = self._resumed
@@ -101,7 +98,7 @@ class TokenSource:
             return resumed.origin, resumed.segment
         return 0, None
 
-    def grid(self, where: Where) -> tuple[GlobalGrid, Segment | None]:
+    def grid(self, where: Where) -> tuple[GlobalGrid, ScheduleSegment | None]:
         """The global batch grid of ``where.epoch`` and the segment its indices carry."""
         origin, segment = self._segment(where.epoch, where)
         length = self.stream.epoch_length(where.epoch, segment)
@@ -124,7 +121,7 @@ class TokenSource:
         grid, segment = self.grid(where)
         return self._jobs(where, grid, segment)
 
-    def _jobs(self, where: Where, grid: GlobalGrid, segment: Segment | None) -> Iterator[Job]:
+    def _jobs(self, where: Where, grid: GlobalGrid, segment: ScheduleSegment | None) -> Iterator[Job]:
         for position in range(where.position, grid.num_batches):
             if position not in where.ahead:
                 rows = grid.rows(position, self.rank)
@@ -137,17 +134,17 @@ class TokenSource:
         where = self._owner.where()
         grid, segment = self.grid(where)
         sequence = grid.origin + where.position * grid.global_batch_size
-        return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: where.epoch, KEY_SEQUENCE: sequence,
+        return {KEY_VERSION: TOKEN_SOURCE_STATE_VERSION, KEY_EPOCH: where.epoch, KEY_SEQUENCE: sequence,
                 KEY_BATCH_SIZE: self.batch_size, KEY_WORLD_SIZE: self.world_size, KEY_RANK: self.rank,
                 KEY_STREAM: self.stream.stream_state(where.epoch, sequence, segment)}
 
-    def _read(self, nest: object, *, quiet: bool) -> tuple[GridStart, Segment | None]:
+    def _read(self, nest: object, *, quiet: bool) -> tuple[GridStart, ScheduleSegment | None]:
         """A saved nest checked against the stream, translated to this loader's grid."""
-        if not isinstance(nest, Mapping) or nest.get(KEY_VERSION) != STATE_VERSION:
+        if not isinstance(nest, Mapping) or nest.get(KEY_VERSION) != TOKEN_SOURCE_STATE_VERSION:
             got = nest.get(KEY_VERSION) if isinstance(nest, Mapping) else type(nest).__name__
             raise ConfigError(f"DataLoader state {KEY_TOKENS!r} must be a token stream's state of version "
-                              f"{STATE_VERSION} (got {got!r})")
-        missing = [key for key in STATE_KEYS if key not in nest]
+                              f"{TOKEN_SOURCE_STATE_VERSION} (got {got!r})")
+        missing = [key for key in TOKEN_SOURCE_STATE_KEYS if key not in nest]
         if missing:
             raise ConfigError(f"DataLoader state {KEY_TOKENS!r} lacks {missing} (got keys {sorted(nest)})")
         position = GlobalPosition(_count(nest, KEY_EPOCH), _count(nest, KEY_SEQUENCE))
@@ -162,8 +159,8 @@ class TokenSource:
         """This loader's (epoch, position) for the saved global position, on its own (B, W)."""
         nest = state[self.key]
         start, _ = self._read(nest, quiet=True)
-        if state[KEY_LOADER_EPOCH] != start.epoch:
-            raise ConfigError(f"DataLoader state: epoch {state[KEY_LOADER_EPOCH]!r} but {KEY_TOKENS!r} epoch "
+        if state[KEY_EPOCH] != start.epoch:
+            raise ConfigError(f"DataLoader state: epoch {state[KEY_EPOCH]!r} but {KEY_TOKENS!r} epoch "
                               f"{start.epoch} (an inconsistent state)")
         return Where(start.epoch, start.batch, self._ahead(state[KEY_AHEAD], nest), begun=True)
 

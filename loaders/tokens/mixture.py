@@ -24,7 +24,7 @@ State (``stream_state(epoch, position, segment)``, plain values; keys are the mo
      "sources": {"web": {...TokenDataset.describe()}, "code": {...}}}
 
 ``segment`` is where the current weights took effect (the epoch's start, or a resume that
-changed them). ``resume(state)`` checks a saved state and returns the schedule ``Segment``
+changed them). ``resume(state)`` checks a saved state and returns the schedule ``ScheduleSegment``
 to read on with; it keeps nothing: the segment travels with each index
 (``loaders.tokens.stream.StreamIndex``), so every copy of the mixture (a persistent worker
 process's too) reads the same schedule. A state built with other weights is accepted: the
@@ -46,25 +46,15 @@ from loaders.errors import ConfigError
 from loaders.loader.batch_source import SourceRequest
 from loaders.read.sampler import SampleIndex
 from loaders.read.topology import Topology
-from loaders.tokens.arguments import check_int
+from loaders.validate import check_int
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
 from loaders.tokens.digest import OrderDigest
 from loaders.tokens.loader_source import TokenSource
-from loaders.tokens.mixture_state import (
-    KEY_CURSORS,
-    KEY_EPOCH,
-    KEY_EXHAUSTION,
-    KEY_NUM_SEQUENCES,
-    KEY_POSITION,
-    KEY_SEGMENT,
-    KEY_SOURCES,
-    KEY_VERSION,
-    KEY_WEIGHTS,
-    STATE_VERSION,
-    Segment,
-    read_state,
-)
+from loaders.tokens.mixture_state import (KEY_CURSORS, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_SEGMENT,
+                                          KEY_SEQUENCE_POSITION,
+                                          KEY_SOURCES, KEY_WEIGHTS, MIXTURE_STATE_VERSION, ScheduleSegment, read_state)
+from loaders.state_keys import KEY_EPOCH, KEY_VERSION
 from loaders.tokens.schedule import ScheduleIndex, Shares
 from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields
@@ -140,7 +130,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         self.lengths = tuple(len(sources[name]) for name in self.names)
         self.num_sequences = self._cycle_length(num_sequences)
         self.epoch = 0
-        self._indices: dict[tuple[Segment, int], ScheduleIndex] = {}
+        self._indices: dict[tuple[ScheduleSegment, int], ScheduleIndex] = {}
 
     def _cycle_length(self, num_sequences: int | None) -> int | None:
         if self.exhaustion is Exhaustion.STOP:
@@ -154,22 +144,22 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
 
     # ------------------------------------------------------------------ the schedule
 
-    def segment(self, epoch: int, segment: Segment | None = None) -> Segment:
+    def segment(self, epoch: int, segment: ScheduleSegment | None = None) -> ScheduleSegment:
         """The schedule segment ``epoch`` is read under: ``segment`` when it is that epoch's, else the epoch's own
         (this mixture's weights from its start)."""
         if segment is not None and segment.epoch == epoch:
             return segment
         zeros = (0,) * len(self.names)
-        return Segment(epoch=epoch, start=0, base=zeros, shares=self.shares, at=0, cursors=zeros)
+        return ScheduleSegment(epoch=epoch, start=0, base=zeros, shares=self.shares, at=0, cursors=zeros)
 
-    def _stop_length(self, segment: Segment) -> int:
+    def _stop_length(self, segment: ScheduleSegment) -> int:
         """Positions from the segment's start on until a source would pass its end: min_i floor(left_i / w_i)."""
         shares = segment.shares
         room = [(length - b) * shares.total // a
                 for length, b, a in zip(self.lengths, segment.base, shares.numerators) if a]
         return segment.start + min(room)
 
-    def epoch_length(self, epoch: int, segment: Segment | None = None) -> int:
+    def epoch_length(self, epoch: int, segment: ScheduleSegment | None = None) -> int:
         """Positions in ``epoch``: N, or for a ``stop`` epoch read under a resume's ``segment``, that segment's end."""
         if self.num_sequences is not None:
             return self.num_sequences
@@ -183,7 +173,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         """The epoch plain int indices read (an index that carries its epoch reads its own)."""
         self.epoch = check_int("epoch", epoch, 0)
 
-    def _index(self, segment: Segment, origin: int, counts: tuple[int, ...]) -> ScheduleIndex:
+    def _index(self, segment: ScheduleSegment, origin: int, counts: tuple[int, ...]) -> ScheduleIndex:
         """The schedule of ``segment`` from a point of it (a per-process cache, rebuilt on demand)."""
         key = (segment, origin)
         index = self._indices.get(key)
@@ -195,7 +185,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
             self._indices[key] = index
         return index
 
-    def _schedule(self, position: int, segment: Segment) -> tuple[ScheduleIndex, int]:
+    def _schedule(self, position: int, segment: ScheduleSegment) -> tuple[ScheduleIndex, int]:
         """(index, origin) of ``segment`` that reach ``position``: from the known point when at or past it."""
         if position < segment.start:
             raise IndexError(f"position {position} of epoch {segment.epoch} precedes the resume at {segment.start} "
@@ -204,7 +194,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
             return self._index(segment, segment.at, segment.cursors), segment.at
         return self._index(segment, segment.start, segment.base), segment.start
 
-    def locate(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, int]:
+    def locate(self, position: int, epoch: int, segment: ScheduleSegment | None = None) -> tuple[int, int]:
         """(source index, that source's cursor: sequences it gave before) of ``position`` in ``epoch``."""
         segment = self.segment(epoch, segment)
         length = self.epoch_length(epoch, segment)
@@ -214,13 +204,13 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         source, count = index.at(position - origin)
         return source, segment.base[source] + count
 
-    def cursors(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, ...]:
+    def cursors(self, position: int, epoch: int, segment: ScheduleSegment | None = None) -> tuple[int, ...]:
         """Every source's cursor after positions ``[0, position)`` of ``epoch``."""
         segment = self.segment(epoch, segment)
         index, origin = self._schedule(position, segment)
         return tuple(b + c for b, c in zip(segment.base, index.counts(position - origin)))
 
-    def source_item(self, position: int, epoch: int, segment: Segment | None = None) -> tuple[int, SampleIndex]:
+    def source_item(self, position: int, epoch: int, segment: ScheduleSegment | None = None) -> tuple[int, SampleIndex]:
         """(source index, the ``SampleIndex`` into that source) that ``position`` of ``epoch`` reads."""
         source, cursor = self.locate(position, epoch, segment)
         passes, index = divmod(cursor, self.lengths[source])
@@ -234,7 +224,8 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         source, sample = self.source_item(position, epoch, segment)
         return self.sources[self.names[source]][sample]
 
-    def order_digest(self, start: int, stop: int, epoch: int | None = None, segment: Segment | None = None) -> str:
+    def order_digest(self, start: int, stop: int, epoch: int | None = None,
+                     segment: ScheduleSegment | None = None) -> str:
         """sha256 (hex) of the (source, epoch, document, offset, length) segments of positions ``[start, stop)``."""
         epoch = self.epoch if epoch is None else epoch
         digest = OrderDigest()
@@ -251,22 +242,22 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
 
     # ------------------------------------------------------------------ state
 
-    def stream_state(self, epoch: int, sequence: int, segment: Segment | None = None) -> dict[str, Any]:
+    def stream_state(self, epoch: int, sequence: int, segment: ScheduleSegment | None = None) -> dict[str, Any]:
         """The state after positions ``[0, sequence)`` of ``epoch`` were consumed (plain values)."""
         segment = self.segment(epoch, segment)
         length = self.epoch_length(epoch, segment)
         if not 0 <= sequence <= length:
             raise IndexError(f"position {sequence} outside [0, {length}] of mixture epoch {epoch}")
         return {
-            KEY_VERSION: STATE_VERSION, KEY_EPOCH: int(epoch), KEY_POSITION: int(sequence),
+            KEY_VERSION: MIXTURE_STATE_VERSION, KEY_EPOCH: int(epoch), KEY_SEQUENCE_POSITION: int(sequence),
             KEY_EXHAUSTION: self.exhaustion.value, KEY_NUM_SEQUENCES: self.num_sequences,
             KEY_WEIGHTS: dict(self.weights),
             KEY_CURSORS: dict(zip(self.names, self.cursors(sequence, epoch, segment))),
-            KEY_SEGMENT: {KEY_POSITION: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
+            KEY_SEGMENT: {KEY_SEQUENCE_POSITION: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
             KEY_SOURCES: {name: self.sources[name].describe() for name in self.names},
         }
 
-    def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> Segment:
+    def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> ScheduleSegment:
         """The schedule segment to continue ``state`` with (its epoch's); ConfigError naming what differs.
 
         Keeps nothing: hand the segment on with each index (``StreamIndex``) or to
@@ -278,10 +269,10 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
                            described={name: self.sources[name].describe() for name in self.names})
         changed = saved.shares != self.shares
         if not changed:
-            segment = Segment(epoch=saved.epoch, start=saved.start, base=saved.base, shares=self.shares,
+            segment = ScheduleSegment(epoch=saved.epoch, start=saved.start, base=saved.base, shares=self.shares,
                               at=saved.position, cursors=saved.cursors)
         else:  # new weights take effect here: the segment starts at the saved position
-            segment = Segment(epoch=saved.epoch, start=saved.position, base=saved.cursors, shares=self.shares,
+            segment = ScheduleSegment(epoch=saved.epoch, start=saved.position, base=saved.cursors, shares=self.shares,
                               at=saved.position, cursors=saved.cursors)
         end = self.epoch_length(saved.epoch, segment)
         if saved.position > end:

@@ -1,4 +1,5 @@
-"""A ``Mixture``'s resume values: the state's keys, the schedule ``Segment``, reading a saved state (``read_state``).
+"""A ``Mixture``'s resume values: the state's keys, the schedule's ``ScheduleSegment``, reading a saved state
+(``read_state``).
 
 The layout is in ``loaders.tokens.mixture``'s docstring. ``read_state`` refuses, with a
 ConfigError naming what differs, a state whose sources, data (``TokenDataset.describe()``:
@@ -7,7 +8,7 @@ or cycle length are not the mixture's; other weights are accepted (the caller st
 schedule segment from the saved position). ``data_differences`` names what differs between
 two ``describe()`` values (a ``TokenDataset``'s resume uses it too).
 
-A ``Segment`` is what a resume hands to every reader of the mixture: which weights apply
+A ``ScheduleSegment`` is what a resume hands to every reader of the mixture: which weights apply
 from which position of an epoch, and a known point of that schedule. It is a value that
 travels with each index (``loaders.tokens.stream.StreamIndex``), never state kept in the
 mixture, so every copy of the dataset (a persistent worker process's too) reads the same.
@@ -19,31 +20,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from loaders.state_keys import KEY_EPOCH, KEY_VERSION
 from loaders.errors import ConfigError
 from loaders.tokens.schedule import Shares
 
 __all__ = [
-    "KEY_CURSORS", "KEY_EPOCH", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_POSITION", "KEY_SEGMENT", "KEY_SOURCES",
-    "KEY_VERSION", "KEY_WEIGHTS", "STATE_KEYS", "STATE_VERSION", "SavedMixture", "Segment", "data_differences",
+    "KEY_CURSORS", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_SEGMENT", "KEY_SEQUENCE_POSITION", "KEY_SOURCES",
+    "KEY_WEIGHTS", "MIXTURE_STATE_KEYS", "MIXTURE_STATE_VERSION", "SavedMixture", "ScheduleSegment", "data_differences",
     "read_state",
 ]
 
-STATE_VERSION = 1
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
-KEY_POSITION = "position"
+MIXTURE_STATE_VERSION = 1
+KEY_SEQUENCE_POSITION = "position"
 KEY_EXHAUSTION = "exhaustion"
 KEY_NUM_SEQUENCES = "num_sequences"
 KEY_WEIGHTS = "weights"
 KEY_CURSORS = "cursors"
 KEY_SEGMENT = "segment"
 KEY_SOURCES = "sources"
-STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS, KEY_CURSORS,
-              KEY_SEGMENT, KEY_SOURCES)
+MIXTURE_STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_SEQUENCE_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS,
+                      KEY_CURSORS, KEY_SEGMENT, KEY_SOURCES)
 
 
 @dataclass(frozen=True)
-class Segment:
+class ScheduleSegment:
     """The schedule of part of an epoch: ``shares`` from position ``start`` on (sources' cursors ``base`` there),
     and a known point of it (position ``at``, cursors ``cursors``) to compute later positions from.
 
@@ -60,7 +60,8 @@ class Segment:
     cursors: tuple[int, ...]
 
     def __repr__(self) -> str:
-        return f"Segment(epoch={self.epoch}, start={self.start}, shares={self.shares.numerators}/{self.shares.total})"
+        shares = f"{self.shares.numerators}/{self.shares.total}"
+        return f"ScheduleSegment(epoch={self.epoch}, start={self.start}, shares={shares})"
 
 
 class SavedMixture(NamedTuple):
@@ -109,9 +110,10 @@ def _check_sources(saved: object, described: Mapping[str, Mapping[str, Any]]) ->
 def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tuple[int, ...], exhaustion: str,
                num_sequences: int | None, described: Mapping[str, Mapping[str, Any]]) -> SavedMixture:
     """``state`` checked against the mixture (its names, source lengths, policy, cycle length, data)."""
-    missing = [key for key in STATE_KEYS if key not in state]
-    if missing or state.get(KEY_VERSION) != STATE_VERSION:
-        raise ConfigError(f"not a mixture state of version {STATE_VERSION} (version {state.get(KEY_VERSION)!r}, "
+    missing = [key for key in MIXTURE_STATE_KEYS if key not in state]
+    if missing or state.get(KEY_VERSION) != MIXTURE_STATE_VERSION:
+        version = MIXTURE_STATE_VERSION
+        raise ConfigError(f"not a mixture state of version {version} (version {state.get(KEY_VERSION)!r}, "
                           f"missing keys {missing})")
     if state[KEY_EXHAUSTION] != exhaustion or state[KEY_NUM_SEQUENCES] != num_sequences:
         raise ConfigError(f"mixture state: saved with exhaustion={state[KEY_EXHAUSTION]!r} and num_sequences="
@@ -123,8 +125,8 @@ def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tup
     if not isinstance(segment, Mapping):
         raise ConfigError(f"mixture state: segment must be a mapping (got {segment!r})")
     base = _per_source("segment cursors", segment.get(KEY_CURSORS), names)
-    start = _non_negative("segment position", segment.get(KEY_POSITION))
-    position = _non_negative("position", state[KEY_POSITION])
+    start = _non_negative("segment position", segment.get(KEY_SEQUENCE_POSITION))
+    position = _non_negative("position", state[KEY_SEQUENCE_POSITION])
     if start > position or any(b > c for b, c in zip(base, cursors)) or sum(cursors) - sum(base) != position - start:
         raise ConfigError(f"mixture state: cursors {cursors} at position {position} do not follow from the segment "
                           f"{base} at {start} (inconsistent state)")

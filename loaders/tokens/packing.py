@@ -24,7 +24,7 @@ import numpy as np
 
 from loaders.tokens.permutation import FeistelPermutation
 
-__all__ = ["BLOCK_DOCS", "PackingPlan", "Segments"]
+__all__ = ["BLOCK_DOCS", "PackingPlan", "DocumentSegments"]
 
 BLOCK_DOCS = 4096  # permuted documents per block: one int64 checkpoint each
 _FIRST_EXTENSION_DOCS = BLOCK_DOCS  # the first extension is one block (first batch fast), later ones double
@@ -32,7 +32,7 @@ _MAX_EXTENSION_DOCS = 1 << 21
 _CACHED_BLOCKS = 16
 
 
-class Segments(NamedTuple):
+class DocumentSegments(NamedTuple):
     """Where sequences' tokens come from, in stream order: int64 [m] arrays.
 
     sequence: global sequence index; document: corpus document; offset: first token within
@@ -143,13 +143,13 @@ class PackingPlan:
             i += 1
         return out
 
-    def segments(self, first: int, stop: int) -> Segments:
+    def segments(self, first: int, stop: int) -> DocumentSegments:
         """The segments of sequences ``[first, stop)`` (0 <= first <= stop <= num_sequences), in stream order."""
         if not 0 <= first <= stop <= self.num_sequences:
             raise IndexError(f"sequences [{first}, {stop}) outside the epoch's [0, {self.num_sequences})")
         empty = np.zeros(0, dtype=np.int64)
         if first == stop:
-            return Segments(empty, empty, empty, empty)
+            return DocumentSegments(empty, empty, empty, empty)
         window = self.window
         first_token, stop_token = first * window, stop * window
         docs, starts = self._documents_over(first_token, stop_token)
@@ -166,4 +166,4 @@ class PackingPlan:
         sequence = first_window[owner] + within
         seg_start = np.maximum(doc_start[owner], sequence * window)
         seg_end = np.minimum(doc_end[owner], (sequence + 1) * window)
-        return Segments(sequence, docs[owner], seg_start - doc_start[owner], seg_end - seg_start)
+        return DocumentSegments(sequence, docs[owner], seg_start - doc_start[owner], seg_end - seg_start)

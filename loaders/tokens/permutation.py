@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loaders.tokens.arguments import check_int
+from loaders.validate import check_int
 from loaders.read.seeding import derive_seed
 
 __all__ = ["DOMAIN_PERMUTATION", "ROUNDS", "FeistelPermutation", "epoch_permutation"]

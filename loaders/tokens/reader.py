@@ -37,15 +37,15 @@ from dataprep.formats.tokens.index import TokenIndex, read_token_index
 from loaders.cache import CacheConfig
 from loaders.errors import ConfigError, ShardError
 from loaders.read.shard_files import cache_config
-from loaders.tokens.sources import TokenSource, open_source
+from loaders.tokens.sources import TokenShards, open_source
 
-__all__ = ["TokenCorpus", "Tokenizer"]
+__all__ = ["TokenCorpus", "TokenizerBlock"]
 
 _TOKENIZER_KEYS = ("sha256", "eos_id", "vocab_size", "dtype")
 
 
 @dataclass(frozen=True)
-class Tokenizer:
+class TokenizerBlock:
     """What made the token ids: the manifest's tokenizer block (``sha256`` of the tokenizer file)."""
 
     name: str
@@ -55,7 +55,7 @@ class Tokenizer:
     dtype: np.dtype
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, where: Path | str) -> Tokenizer:
+    def from_manifest(cls, manifest: Manifest, where: Path | str) -> TokenizerBlock:
         block = manifest.tokenizer
         if manifest.format != FORMAT_TOKENS or not isinstance(block, dict):
             raise ShardError(f"{where}: format {manifest.format!r}, not token shards (expected format "
@@ -72,13 +72,13 @@ class Tokenizer:
                              "(expected uint16 or int32)")
         return tokenizer
 
-    def differences(self, other: Tokenizer) -> list[str]:
+    def differences(self, other: TokenizerBlock) -> list[str]:
         """``key: ours vs theirs`` for each of sha256, eos_id, vocab_size, dtype that differs."""
         return [f"{key}: {getattr(self, key)} vs {getattr(other, key)}" for key in _TOKENIZER_KEYS
                 if getattr(self, key) != getattr(other, key)]
 
 
-def _check_shard(source: TokenSource, shard: ShardInfo, index: TokenIndex, tokenizer: Tokenizer) -> None:
+def _check_shard(source: TokenShards, shard: ShardInfo, index: TokenIndex, tokenizer: TokenizerBlock) -> None:
     """O(1) consistency of one shard's .idx and .bin with the manifest; ShardError naming the file."""
     bin_path = source.path(shard.name)
     problems = []
@@ -138,9 +138,9 @@ class TokenCorpus:
         self.paths: tuple[Path | str, ...] = tuple(s.where if "://" in str(p) else Path(p)
                                                   for p, s in zip(paths, self.sources))
         manifests = [s.manifest for s in self.sources]
-        self.tokenizer = Tokenizer.from_manifest(manifests[0], self.paths[0])
+        self.tokenizer = TokenizerBlock.from_manifest(manifests[0], self.paths[0])
         for path, manifest in zip(self.paths[1:], manifests[1:]):
-            other = Tokenizer.from_manifest(manifest, path)
+            other = TokenizerBlock.from_manifest(manifest, path)
             if diff := self.tokenizer.differences(other):
                 raise ShardError(f"{self.paths[0]} and {path} were tokenized differently ({'; '.join(diff)}); "
                                  "hint: tokenize every source with the same tokenizer and --eos")

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 import torch.utils.data
 
 from loaders.read.topology import Topology
-from loaders.tokens.arguments import check_int
+from loaders.validate import check_int
 from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
-from loaders.tokens.mixture_state import Segment
+from loaders.tokens.mixture_state import ScheduleSegment
 from loaders.tokens.stream import StreamIndex, TokenStream
 
 __all__ = ["GridSampler"]
@@ -35,7 +35,7 @@ class GridSampler(torch.utils.data.Sampler[StreamIndex]):
     """Yields rank ``topology.rank``'s ``StreamIndex(sequence, epoch)`` for every global batch of the epoch."""
 
     def __init__(self, dataset: TokenStream, batch_size: int, *, topology: Topology | None = None,
-                 start: GlobalPosition | None = None, segment: Segment | None = None) -> None:
+                 start: GlobalPosition | None = None, segment: ScheduleSegment | None = None) -> None:
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.dataset = dataset
         self.topology = topology or dataset.topology or Topology.detect()

@@ -1,6 +1,6 @@
 """Where a token corpus's directories are: a local folder, or a remote one held whole in the node cache.
 
-``open_source(path, cache)`` gives a ``TokenSource``: its ``manifest``, ``where`` (for
+``open_source(path, cache)`` gives a ``TokenShards``: its ``manifest``, ``where`` (for
 messages) and ``path(name)``, the local file of one of its objects. ``LocalTokens`` is a
 folder as today. ``CachedTokens`` reads ``s3://`` (``gs://``, ``az://``, or a slow folder
 given a cache) through ``loaders.cache``: a token dataset's windows land on random
@@ -25,10 +25,10 @@ from dataprep.formats.sizes import format_bytes
 from loaders.cache import CacheConfig, CacheLimitError, Lease, ShardCache
 from loaders.errors import ShardError
 
-__all__ = ["CachedTokens", "LocalTokens", "TokenSource", "open_source"]
+__all__ = ["CachedTokens", "LocalTokens", "TokenShards", "open_source"]
 
 
-class TokenSource(Protocol):
+class TokenShards(Protocol):
     """One token-shard directory (module docstring)."""
 
     where: str
@@ -104,7 +104,7 @@ class CachedTokens:
         self._hold(state["names"])
 
 
-def open_source(path: str | os.PathLike[str], cache: CacheConfig | None) -> TokenSource:
+def open_source(path: str | os.PathLike[str], cache: CacheConfig | None) -> TokenShards:
     """The directory at ``path``: through the node cache when ``cache`` is given (required for a remote URL)."""
     if cache is None:
         return LocalTokens(path)

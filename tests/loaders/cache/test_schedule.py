@@ -10,9 +10,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loaders.cache import Position, Schedule, ShardCache
+from loaders.cache import NextUse, Schedule, ShardCache
 from loaders.cache.schedule import eviction_order
-from tests.remote.fixtures import wait_until, write_dataset
+from tests.remote.fixtures import write_dataset
+from tests.samples import wait_until
 
 names = st.sampled_from("abcdefgh")
 uses = st.dictionaries(st.sampled_from(["r0", "r1", "r2"]), st.lists(names, max_size=12), min_size=1, max_size=3)
@@ -20,24 +21,24 @@ uses = st.dictionaries(st.sampled_from(["r0", "r1", "r2"]), st.lists(names, max_
 
 def test_distances_cross_the_epoch_boundary() -> None:
     schedule = Schedule().with_epoch(0, {"r0": ["a", "b", "c"]}).with_epoch(1, {"r0": ["c", "d", "a"]})
-    at = {"r0": Position(0, 1)}
+    at = {"r0": NextUse(0, 1)}
     assert schedule.distances(at) == {"b": 0, "c": 1, "d": 3, "a": 4}
     assert schedule.upcoming(at) == ["b", "c", "d", "a"]
-    assert schedule.distances({"r0": Position(1, 0)}) == {"c": 0, "d": 1, "a": 2}
+    assert schedule.distances({"r0": NextUse(1, 0)}) == {"c": 0, "d": 1, "a": 2}
 
 
 def test_the_soonest_stream_decides_and_unplanned_streams_start_at_the_beginning() -> None:
     schedule = Schedule().with_epoch(3, {"r0": ["a", "b"], "r1": ["b", "a"]})
-    assert schedule.start() == Position(3, 0)
+    assert schedule.start() == NextUse(3, 0)
     assert schedule.distances({}) == {"a": 0, "b": 0}
-    assert schedule.distances({"r0": Position(3, 1)}) == {"b": 0, "a": 1}
+    assert schedule.distances({"r0": NextUse(3, 1)}) == {"b": 0, "a": 1}
 
 
 def test_locate_finds_the_use_a_reader_is_at() -> None:
     schedule = Schedule().with_epoch(0, {"r0": ["a", "b", "a", "c"]})
-    assert schedule.locate("r0", 0, "a", None) == Position(0, 0)
-    assert schedule.locate("r0", 0, "a", Position(0, 1)) == Position(0, 2)
-    assert schedule.locate("r0", 0, "b", Position(0, 3)) == Position(0, 1)  # a straggler's earlier use
+    assert schedule.locate("r0", 0, "a", None) == NextUse(0, 0)
+    assert schedule.locate("r0", 0, "a", NextUse(0, 1)) == NextUse(0, 2)
+    assert schedule.locate("r0", 0, "b", NextUse(0, 3)) == NextUse(0, 1)  # a straggler's earlier use
     assert schedule.locate("r0", 0, "z", None) is None and schedule.locate("r9", 0, "a", None) is None
 
 
@@ -51,7 +52,7 @@ def test_old_epochs_are_forgotten() -> None:
 @given(uses, st.integers(0, 12))
 def test_distance_is_the_first_use_from_the_reader(plan: dict[str, list[str]], index: int) -> None:
     schedule = Schedule().with_epoch(0, plan)
-    cursors = {s: Position(0, min(index, len(u))) for s, u in plan.items()}
+    cursors = {s: NextUse(0, min(index, len(u))) for s, u in plan.items()}
     distances = schedule.distances(cursors)
     for name in "abcdefgh":
         firsts = [u.index(name, cursors[s].index) - cursors[s].index for s, u in plan.items()
@@ -104,9 +105,9 @@ def test_prefetch_crosses_the_epoch_boundary(tmp_path: Path) -> None:
 
 def test_a_horizon_bounds_how_far_ahead_each_stream_is_read() -> None:
     schedule = Schedule().with_epoch(0, {"r0": ["a", "b"]}).with_epoch(1, {"r0": ["c", "d"], "r1": ["e"]})
-    assert schedule.timeline("r0", Position(0, 1), 2) == ["b", "c"]
-    assert schedule.distances({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == {"b": 0, "c": 1, "e": 0}
-    assert schedule.upcoming({"r0": Position(0, 1), "r1": Position(1, 0)}, horizon=2) == ["b", "e", "c"]
+    assert schedule.timeline("r0", NextUse(0, 1), 2) == ["b", "c"]
+    assert schedule.distances({"r0": NextUse(0, 1), "r1": NextUse(1, 0)}, horizon=2) == {"b": 0, "c": 1, "e": 0}
+    assert schedule.upcoming({"r0": NextUse(0, 1), "r1": NextUse(1, 0)}, horizon=2) == ["b", "e", "c"]
 
 
 def test_a_stream_is_where_its_slowest_live_reader_is(tmp_path: Path) -> None:
@@ -116,14 +117,14 @@ def test_a_stream_is_where_its_slowest_live_reader_is(tmp_path: Path) -> None:
     layout = CacheLayout(tmp_path)
     layout.create()
     board, other = CursorBoard(layout), CursorBoard(layout)  # two processes' boards, as far as files go
-    board.record("r0", Position(0, 5))
-    reader = threading.Thread(target=board.record, args=("r0", Position(0, 2)))
+    board.record("r0", NextUse(0, 5))
+    reader = threading.Thread(target=board.record, args=("r0", NextUse(0, 2)))
     reader.start()
     reader.join()
-    other.record("r1", Position(1, 0))
-    assert board.own() == {"r0": Position(0, 2)}  # the ended thread is forgotten only at the next record
-    board.record("r0", Position(0, 6))
-    assert board.own() == {"r0": Position(0, 6)}
-    assert other.read_all() == {"r0": Position(0, 6), "r1": Position(1, 0)}
+    other.record("r1", NextUse(1, 0))
+    assert board.own() == {"r0": NextUse(0, 2)}  # the ended thread is forgotten only at the next record
+    board.record("r0", NextUse(0, 6))
+    assert board.own() == {"r0": NextUse(0, 6)}
+    assert other.read_all() == {"r0": NextUse(0, 6), "r1": NextUse(1, 0)}
     other.close()
-    assert board.read_all() == {"r0": Position(0, 6)}
+    assert board.read_all() == {"r0": NextUse(0, 6)}

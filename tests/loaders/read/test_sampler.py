@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, rank_indices
-from loaders.read.sampler import STATE_VERSION, SampleIndex, ShardSampler
+from loaders.read.sampler import SAMPLER_STATE_VERSION, SampleIndex, ShardSampler
 from loaders.read.topology import Topology
 from tests.loaders import strategies as sfst
 from tests.loaders.resume_harness import check_resume, check_resume_chain, items_equal, standard_stops
@@ -129,7 +129,7 @@ def test_state_dict_reports_consumed_samples() -> None:
         next(it)  # prefetched, not yet consumed: position does not move
     sampler.advance(2)
     assert sampler.state_dict() == {
-        "version": STATE_VERSION, "epoch": 1, "position": 2, "seed": 5, "num_samples": 23, "world_size": 4,
+        "version": SAMPLER_STATE_VERSION, "epoch": 1, "position": 2, "seed": 5, "num_samples": 23, "world_size": 4,
     }
 
 

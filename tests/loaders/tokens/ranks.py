@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from loaders import DataLoader, Topology
-from loaders.tokens import Mixture, Segment, StreamIndex, TokenDataset
+from loaders.tokens import Mixture, ScheduleSegment, StreamIndex, TokenDataset
 from tests.loaders.helpers import through_torch_save
 
 __all__ = ["through_torch_save"]  # kept here for the token tests
@@ -49,7 +49,7 @@ class SequenceMap:
     (``of``), and ``expect`` names expected positions the same way.
     """
 
-    def __init__(self, stream: Stream, epoch: int, *, segment: Segment | None = None, start: int = 0) -> None:
+    def __init__(self, stream: Stream, epoch: int, *, segment: ScheduleSegment | None = None, start: int = 0) -> None:
         self.epoch = epoch
         self.end = stream.epoch_length(epoch, segment)
         self._of: dict[bytes, int] = {}

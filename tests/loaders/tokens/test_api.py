@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import loaders.tokens
 
-PUBLIC = ["Exhaustion", "GlobalGrid", "GlobalPosition", "GridSampler", "GridStart", "Mixture", "Segment",
+PUBLIC = ["Exhaustion", "GlobalGrid", "GlobalPosition", "GridSampler", "GridStart", "Mixture", "ScheduleSegment",
           "StreamIndex", "TokenDataset", "collate", "resume_grid"]
 
 
