@@ -8,6 +8,7 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -38,16 +39,20 @@ def tar_samples(out: Path) -> dict[str, dict[str, bytes]]:
     return samples
 
 
-def wait_until(ready: Callable[[], bool], *, proc: subprocess.Popen[str] | None = None,
-               timeout_s: float = 60.0, poll_s: float = 0.0005) -> bool:
-    """Poll ``ready()`` every ``poll_s`` until it holds: whether it did before ``timeout_s`` (a guard against a
-    hang, not a bound on speed) and, with ``proc``, before that process ended."""
+def wait_until(ready: Callable[[], bool], *, timeout_s: float = 300.0, poll_s: float = 0.01,
+               proc: subprocess.Popen[Any] | None = None) -> bool:
+    """Poll ``ready()`` every ``poll_s`` seconds until it holds: True; False only when ``proc`` ended first.
+
+    ``timeout_s`` is a guard against a hang, never a bound on speed: past it the test fails
+    (AssertionError naming the condition), so no caller can go on as if the condition held.
+    """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+    while proc is None or proc.poll() is None:
         if ready():
             return True
+        assert time.monotonic() < deadline, f"{getattr(ready, '__qualname__', ready)} never held in {timeout_s:g} s"
         time.sleep(poll_s)
-    return ready() if proc is None else False
+    return ready()
 
 
 def photo_pixels(height: int, width: int, seed: int = 0) -> np.ndarray:

@@ -82,7 +82,7 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def kill_when(args: Sequence[object], cwd: Path, ready: Callable[[], bool], timeout: float = 60.0,
+def kill_when(args: Sequence[object], cwd: Path, ready: Callable[[], bool], timeout: float = 300.0,
               env: dict[str, str] | None = None) -> bool:
     """Start ``python -m dataprep.cli ARGS`` in ``cwd`` (its own session), poll ``ready()`` and SIGKILL its
     whole process group (parent and forked child: a power cut) as soon as it holds. Returns whether the

@@ -1,13 +1,11 @@
-"""The one helpers module of the loaders tests: photo-like images, waiting on a condition, live workers,
-and the small datasets the loop tests share.
+"""The one helpers module of the loaders tests: images, live workers, and the small datasets the loop tests
+share (``tests.samples`` holds what every package's tests share: ``photo_pixels``, ``photo_jpeg``, ``wait_until``).
 
-Images: ``photo_pixels`` (uint8 [H, W, 3], the texture of ``dataprep.synthetic.photo_like``),
-``photo_jpeg`` (it encoded, with Pillow's options), ``smooth_images`` (float [B, 3, H, W] in
+Images: ``smooth_images`` (float [B, 3, H, W] in
 0..1, upsampled noise, for batched device ops) and ``smooth_batch`` (the same as uint8
 [B, H, W, 3], what a loader hands over); ``image_flavours`` (the encoded images a device decoder
 may or may not take, broken ones on purpose) and ``write_image_shards`` (any bytes as the ``jpg``
-field of adopted WebDataset shards). Waiting: ``wait_until`` (a condition, polled, with
-a liveness limit: a hang fails, a slow machine does not). Processes and threads:
+field of adopted WebDataset shards). Processes and threads:
 ``children_of_self``, ``is_alive``, ``loader_threads``. The loop tests (``tests/loaders/loops/``):
 their datasets (``RangeDataset`` and kin), ``WORKER_SETUPS``, ``make_loader``, ``uninterrupted``
 and ``assert_loop_like_stock``.
@@ -140,16 +138,6 @@ class Pictures(Dataset[dict[str, Any]]):
 
 # ---------------------------------------------------------------- waiting, processes, threads
 
-
-def wait_until(ready: Callable[[], bool], *, timeout_s: float = 10.0, poll_s: float = 0.05) -> bool:
-    """Poll ``ready()`` until it holds; False if it still does not after ``timeout_s`` (a liveness limit:
-    set it far above what a busy machine needs, so that only a hang fails)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready():
-            return True
-        time.sleep(poll_s)
-    return ready()
 
 
 def is_alive(pid: int) -> bool:

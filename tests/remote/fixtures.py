@@ -16,9 +16,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +37,6 @@ __all__ = [
     "remote_dataset",
     "s3_env",
     "s3_server",
-    "wait_until",
     "write_dataset",
 ]
 
@@ -140,10 +138,3 @@ def remote_dataset(s3_env: str, bucket: str) -> RemoteDataset:
     return write_dataset(f"s3://{bucket}/data", sizes)
 
 
-
-def wait_until(predicate: Callable[[], bool], guard_s: float = 120.0) -> None:
-    """Wait for ``predicate`` by polling; the guard only turns a hang into a failure (it bounds no timing)."""
-    deadline = time.monotonic() + guard_s
-    while not predicate():
-        assert time.monotonic() < deadline, "the condition never became true"
-        time.sleep(0.01)

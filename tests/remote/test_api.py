@@ -15,7 +15,7 @@ PUBLIC = {
     ],
     "loaders.cache": [
         "CacheConfig", "CacheEntry", "CacheError", "CacheLimitError", "CacheStats", "CacheTimeoutError", "Catalog",
-        "DatasetChangedError", "Lease", "Position", "Schedule", "ShardCache", "ShardFetchError",
+        "DatasetChangedError", "Lease", "NextUse", "Schedule", "ShardCache", "ShardFetchError",
         "ShardIntegrityError", "disk_bytes", "parse_limit",
     ],
 }

@@ -58,8 +58,7 @@ def _run_killed(cmd: list[str], cwd: Path, out: Path) -> None:
                 break
     finally:
         proc.wait()
-    wait_until(lambda: not _processes_in(cwd), timeout_s=10, poll_s=0.05)
-    assert not _processes_in(cwd), "worker processes outlived their killed parent"
+    wait_until(lambda: not _processes_in(cwd))  # fails the test if worker processes outlive their killed parent
 
 
 def test_resume_after_kill_is_byte_identical(image_tree, tmp_path):

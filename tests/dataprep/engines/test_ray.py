@@ -277,7 +277,7 @@ def test_a_killed_driver_resumes_from_the_ranges_completed(cluster, tmp_path):
         return checkpoint is not None and bool(checkpoint.ranges_done)
 
     try:
-        if wait_until(a_range_is_done, proc=driver, timeout_s=60, poll_s=0.01):
+        if wait_until(a_range_is_done, proc=driver):
             os.killpg(driver.pid, signal.SIGKILL)
             checkpoint = load_checkpoint(on_ray)
             done = checkpoint.ranges_done if checkpoint is not None else ()

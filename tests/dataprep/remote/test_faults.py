@@ -15,7 +15,8 @@ from dataprep.synthetic import SyntheticReport
 from tests.dataprep.helpers import assert_same_output
 from tests.dataprep.remote.bucket_files import download, keys, open_uploads
 from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
-from tests.remote.fixtures import S3_SECRET, S3Server, wait_until
+from tests.remote.fixtures import S3_SECRET, S3Server
+from tests.samples import wait_until
 
 OPTIONS = ["--samples-per-shard", "25", "--no-progress"]
 
@@ -46,7 +47,7 @@ def test_a_server_gone_mid_run_ends_in_an_error_naming_the_url_and_nothing_looks
     third = "out/shard-00000-000002.parquet"
 
     def stop_after_third_shard() -> None:
-        wait_until(lambda: proxy.requests(third, "PUT") >= 1, guard_s=300)
+        wait_until(lambda: proxy.requests(third, "PUT") >= 1, timeout_s=300)
         proxy.stop()
 
     stopper = threading.Thread(target=stop_after_third_shard, daemon=True)

@@ -26,7 +26,8 @@ from loaders.cache import (
 )
 from loaders.errors import ConfigError, LoaderError
 from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
-from tests.remote.fixtures import RemoteDataset, wait_until, write_dataset
+from tests.remote.fixtures import RemoteDataset, write_dataset
+from tests.samples import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 FAST = RemoteConfig(timeout_s=3.0, stall_s=0.5, connect_timeout_s=0.5, backoff_s=0.01, max_backoff_s=0.1)

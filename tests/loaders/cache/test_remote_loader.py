@@ -40,9 +40,9 @@ from tests.loaders.cache.remote_images import (
     upload,
 )
 from tests.loaders.helpers import children_of_self
-from tests.loaders.helpers import wait_until as wait_for
 from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
-from tests.remote.fixtures import S3_SECRET, S3Server, wait_until
+from tests.remote.fixtures import S3_SECRET, S3Server
+from tests.samples import wait_until
 
 BLOCK = 6  # the image folder's samples per shard: the remote default block size
 
@@ -148,8 +148,8 @@ def test_kill_9_mid_epoch_then_resume_reads_the_same_batches_and_resumes_every_p
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         # Every download the prefetcher runs is held: wait until at least two have begun, all with bytes on disk.
-        assert wait_for(lambda: len(_partials(cache_dir)) >= 2 and all(_partials(cache_dir).values()),
-                        timeout_s=HANG_GUARD_S), f"held downloads never all had bytes on disk: {_partials(cache_dir)}"
+        wait_until(lambda: len(_partials(cache_dir)) >= 2 and all(_partials(cache_dir).values()),
+                   timeout_s=HANG_GUARD_S)
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(HANG_GUARD_S)

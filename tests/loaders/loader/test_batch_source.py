@@ -19,7 +19,8 @@ import torch
 from loaders import DataLoader
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import BatchSource, Job, SourceRequest
-from loaders.loader.progress import KEY_EPOCH, Where
+from loaders.loader.progress import Where
+from loaders.state_keys import KEY_EPOCH
 from loaders.loader.stage import Position
 
 SEQUENCES = 96  # global: every rank's dataset has them all

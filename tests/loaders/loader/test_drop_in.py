@@ -13,7 +13,8 @@ import torch
 import torch.utils.data
 
 from loaders import DataLoader
-from tests.loaders.helpers import is_alive, wait_until
+from tests.loaders.helpers import is_alive
+from tests.samples import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 

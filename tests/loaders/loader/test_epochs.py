@@ -367,7 +367,7 @@ def test_ranks_do_not_apply_the_same_augmentation_to_their_batch_k(monkeypatch: 
 
 def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
     from loaders.loader.batch_plan import BatchPlan
-    from loaders.loader.progress import KEY_PLAN, STATE_KEYS
+    from loaders.loader.progress import KEY_PLAN, LOADER_STATE_KEYS
     from loaders.loader.stage import Stage
 
     loader = DataLoader(Pictures(SIZE, side=8), sampler=SeededSampler(SIZE, 1), batch_size=3, num_workers=0)
@@ -376,7 +376,7 @@ def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
     assert [type(stage) for stage in stages] == [BatchPlan]
     assert [stage.key for stage in stages] == [KEY_PLAN]
     state = loader.state_dict()
-    assert set(state) == set(STATE_KEYS) and state["version"] == 3
+    assert set(state) == set(LOADER_STATE_KEYS) and state["version"] == 3
     assert set(state["plan"]) == {"sampler", "world_size"} and set(state["failures"]) == {"epoch", "skipped"}
 
 

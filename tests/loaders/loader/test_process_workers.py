@@ -25,7 +25,8 @@ from loaders.loader.collate import default_collate
 from loaders.loader.fetch import Fetched
 from loaders.loader.process_workers import GuardedDataset, IndexBatch, ProcessWorkers
 from loaders.loader.worker_start import WorkerInit
-from tests.loaders.helpers import default_start_method, jobs, wait_until
+from tests.loaders.helpers import default_start_method, jobs
+from tests.samples import wait_until
 
 
 class Numbers(torch.utils.data.Dataset):

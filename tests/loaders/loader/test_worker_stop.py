@@ -12,7 +12,7 @@ import pytest
 import torch.utils.data
 
 from loaders.loader.worker_stop import tell_to_stop
-from tests.loaders.helpers import wait_until
+from tests.samples import wait_until
 
 
 class SlowToStart(torch.utils.data.IterableDataset):  # type: ignore[type-arg]

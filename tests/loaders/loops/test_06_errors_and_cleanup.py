@@ -14,15 +14,9 @@ import pytest
 from torch.utils.data import DataLoader as StockLoader
 
 from loaders import DataLoader
-from tests.loaders.helpers import (
-    N_SAMPLES,
-    WORKER_SETUPS,
-    BlockedDataset,
-    KeyErrorDataset,
-    RangeDataset,
-    children_of_self,
-    wait_until,
-)
+from tests.loaders.helpers import (N_SAMPLES, WORKER_SETUPS, BlockedDataset, KeyErrorDataset, RangeDataset,
+                                   children_of_self)
+from tests.samples import wait_until
 
 # ---------------------------------------------------------------------------------------------
 # 6. exceptions, timeouts, breaks, cleanup

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from loaders import DataLoader
-from tests.loaders.helpers import SlowDataset, children_of_self, wait_until
+from tests.loaders.helpers import SlowDataset, children_of_self
+from tests.samples import wait_until
 
 # ---------------------------------------------------------------------------------------------
 # 14. nothing outlives the loop: a script that errs, breaks and times out, never calling close()

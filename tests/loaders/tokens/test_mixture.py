@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from loaders.errors import ConfigError
 from loaders.read.sampler import SampleIndex
 from loaders.tokens import Mixture, TokenDataset
-from loaders.tokens.mixture_state import KEY_CURSORS, KEY_POSITION, KEY_SEGMENT, Segment
+from loaders.tokens.mixture_state import KEY_CURSORS, KEY_SEQUENCE_POSITION, KEY_SEGMENT, ScheduleSegment
 from loaders.tokens.schedule import Shares
 from tests.loaders.tokens.corpus import random_documents, write_tokens
 
@@ -38,7 +38,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 
 
 def _schedule(mixture: Mixture, epoch: int, start: int, stop: int,
-              segment: Segment | None = None) -> list[tuple[int, SampleIndex]]:
+              segment: ScheduleSegment | None = None) -> list[tuple[int, SampleIndex]]:
     return [mixture.source_item(n, epoch, segment) for n in range(start, stop)]
 
 
@@ -169,7 +169,7 @@ def test_state_is_plain_and_names_its_parts(sources: dict[str, TokenDataset]) ->
     assert state["version"] == 1 and state["exhaustion"] == "cycle" and state["num_sequences"] == 99
     assert state["weights"] == {"web": 0.7, "code": 0.2, "books": 0.1}
     assert sum(state[KEY_CURSORS].values()) == 40 and state[KEY_SEGMENT] == {
-        KEY_POSITION: 0, KEY_CURSORS: {"web": 0, "code": 0, "books": 0}}
+        KEY_SEQUENCE_POSITION: 0, KEY_CURSORS: {"web": 0, "code": 0, "books": 0}}
     assert state["sources"]["web"]["seq_len"] == SEQ
 
 
