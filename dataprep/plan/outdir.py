@@ -227,6 +227,11 @@ def open_output(out: Path, fingerprint: dict[str, Any], *, overwrite: bool) -> O
         # Killed while planning: no shard exists yet; plan again.
         _remove_ours(out, entries)
         return OutputState()
+    return _resumed(out, plan, fingerprint, entries)
+
+
+def _resumed(out: Path, plan: RunPlanInfo, fingerprint: dict[str, Any], entries: list[str]) -> OutputState:
+    """An unfinished run of these options, put back as its checkpoint left it; refused if its options differ."""
     if plan.fingerprint != fingerprint:
         raise OutputExistsError(f"{out} holds an unfinished run of different options "
                                 f"({_differences(plan.fingerprint, fingerprint)}); rerun it with the same options, "
