@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dataprep.cli.argtypes import byte_size, count, fraction, positive, seconds
+from dataprep.cli.argtypes import byte_size, byte_size_or_auto, count, fraction, positive, seconds
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions
-from dataprep.commands.config import (DEFAULT_RANGE_BYTES, DEFAULT_REMOTE_TIMEOUT_S, Engine, OutputFormat, ShardConfig,
+from dataprep.commands.config import (DEFAULT_REMOTE_TIMEOUT_S, Engine, OutputFormat, ShardConfig,
                                       TokenOptions, usable_cpus)
 from dataprep.commands.summary import format_summary
 from dataprep.engines.progress import ProgressLine
@@ -95,8 +95,9 @@ def _add_run(g: Group) -> None:
                    help="fail when more than this fraction of inputs is rejected")
     g.add_argument("--allow-empty", action="store_true",
                    help="succeed even when no sample is kept (every input rejected, or none found)")
-    g.add_argument("--range-size", type=byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
-                   help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
+    g.add_argument("--range-size", type=byte_size_or_auto, default=None, metavar="SIZE|auto",
+                   help="input bytes per range of the plan: each range is written on its own, ranges in parallel "
+                        "(default auto: the planned input / 64, within 4MiB..4GiB)")
     g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
                    help="local: this machine writes the ranges; ray: one Ray task per range on a cluster "
                         "(OUT must be a folder every node sees; pip install 'shardfeed[ray]'). Same bytes either way")

@@ -122,6 +122,7 @@ def summary_of(ctx: RunContext, out_name: str, outcome: RunOutcome, elapsed_s: f
         elapsed_s=elapsed_s, samples_per_s=outcome.processed / elapsed_s if elapsed_s else 0.0,
         mb_per_s=outcome.bytes_out / elapsed_s / 1e6 if elapsed_s else 0.0, resumed_from_shard=resumed_from_shard,
         layout_reason=ctx.plan.info.layout_reason, tokens=_tokens(ctx.spec.output_format, outcome.shards),
+        split=outcome.split,
     )
 
 

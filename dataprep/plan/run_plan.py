@@ -52,6 +52,7 @@ from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
 from dataprep.plan.duplicates import find_duplicates, media_bytes
 from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
+from dataprep.plan.range_size import part_bytes_for, range_bytes_of
 from dataprep.output.store import STATE_DIR
 from dataprep.inputs.sources import Layout, LayoutChoice, media_records
 
@@ -183,13 +184,13 @@ class PlanOptions:
     """What planning reads of a run's options.
 
     raw: RAW (``RawSource``: its folder, symlink policy, and OUT when OUT lies inside it);
-    range_bytes: input bytes per range; seed, shuffle: the order of media inputs; text_unit:
-    a text file is one document or one per line; table: ``--schema``, ``--required``,
+    range_bytes: input bytes per range (None: ``auto``, ``range_size``); seed, shuffle: the order
+    of media inputs; text_unit: a text file is one document or one per line; table: ``--schema``, ``--required``,
     ``--dedup-on``; text_column: for token output, the table column tokenized (None: none).
     """
 
     raw: RawSource
-    range_bytes: int
+    range_bytes: int | None
     seed: int = 0
     shuffle: bool = True
     text_unit: TextUnit = TextUnit.FILE
@@ -213,7 +214,7 @@ def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path,
     if layout.is_media:
         offsets, sizes, order, replaced, label_map = _plan_media(options, layout, skip, directory / UNITS_NAME)
     else:
-        units = file_units(raw, layout, options.text_unit, min(MAX_PART_BYTES, options.range_bytes))
+        units = file_units(raw, layout, options.text_unit, part_bytes_for(options.range_bytes, MAX_PART_BYTES))
         offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
         order = np.arange(len(sizes))
         if layout is Layout.TABLE:
@@ -247,12 +248,14 @@ def _plan_media(options: PlanOptions, layout: Layout, skip: Callable[[str], bool
     return offsets, sizes, order, replaced, label_map
 
 
-def split_ranges(unit_bytes: np.ndarray, range_bytes: int) -> np.ndarray:
+def split_ranges(unit_bytes: np.ndarray, range_bytes: int | None) -> np.ndarray:
     """int64 [R + 1]: range starts over positions; a range closes once it holds ``range_bytes`` or more.
 
-    A pure function of the plan's unit sizes and ``range_bytes``: the same plan always
-    splits the same way, whoever runs it. An empty plan has one empty range.
+    A pure function of the plan's unit sizes and ``range_bytes`` (None: ``auto``, a size from
+    the plan's bytes, ``range_size.range_bytes_of``): the same plan always splits the same
+    way, whoever runs it. An empty plan has one empty range.
     """
+    range_bytes = range_bytes_of(unit_bytes, range_bytes)
     starts = [0]
     total = 0
     for position, nbytes in enumerate(unit_bytes.tolist()):

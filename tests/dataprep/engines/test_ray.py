@@ -346,8 +346,8 @@ def test_an_address_where_nothing_answers_is_refused_before_ray_connects(tmp_pat
 
 
 def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(cluster, tmp_path, monkeypatch):
-    """Stopped after both duplicate passes but before recording them (one partition's grouping then lost,
-    another half written): the rerun groups what is not marked done again and writes the bytes of a local run."""
+    """Stopped after both duplicate passes but before recording them (one partition's grouping then lost, and
+    a range's digests): the rerun does what is missing again and writes the bytes of a local run."""
     from dataprep.engines import range_tasks as ranges
     from dataprep.output.store import LocalStore
 
@@ -366,8 +366,9 @@ def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(clu
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 130
     monkeypatch.setattr(LocalStore, "write_bytes", real_write)
     state = on_ray / ".dataprep" / "ranges"
-    assert len(list(state.glob("digests-*"))) >= 4 * ranges.DIGEST_PARTITIONS and not list(on_ray.glob("*.parquet"))
-    (state / "grouped-03.done").unlink()
-    (state / "dups-00001-03.npy").write_bytes(b"garbage")  # a partition half written when the driver stopped
+    assert len(list(state.glob("digests-*"))) >= 4 and not list(on_ray.glob("*.parquet"))
+    assert len(list(state.glob("dups-*.npy"))) == ranges.DIGEST_PARTITIONS
+    (state / "dups-03.npy").unlink()  # a partition not grouped when the driver stopped
+    (state / "digests-00001.bin").unlink()  # a range's digests not written either
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0
     _assert_same_output(local, on_ray)

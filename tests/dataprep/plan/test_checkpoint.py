@@ -1,0 +1,76 @@
+"""The checkpoint document (``dataprep.plan.checkpoint``): version 3 with ``mode`` and the open ranges of writer
+processes, version 2 still read; the places of ranges recorded and completed; the automatic range size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dataprep.errors import FormatError
+from dataprep.formats.manifest import ShardInfo, Totals
+from dataprep.plan.checkpoint import (MODE_RANGES, MODE_RAY, MODE_SEQUENTIAL, Checkpoint, load_checkpoint,
+                                      save_checkpoint)
+from dataprep.plan.range_size import AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_bytes
+from dataprep.plan.run_plan import split_ranges
+from dataprep.output.store import LocalStore
+
+
+def _shard(index: int, n: int, samples: int = 2) -> ShardInfo:
+    return ShardInfo(name=f"shard-{index:05d}-{n:06d}.tar", num_samples=samples, bytes=100 + n, sha256="0" * 64,
+                     index=f"shard-{index:05d}-{n:06d}.tar.idx")
+
+
+def _place(index: int, shards: int, rejected: int = 1) -> Checkpoint:
+    totals = Totals(2 * shards + rejected, 2 * shards, rejected, {"duplicate": rejected})
+    return Checkpoint(range=index, next_shard=shards, position=10 * index + shards, skip=1, records_done=5,
+                      rejects_bytes=40, totals=totals, shards=tuple(_shard(index, n) for n in range(shards)))
+
+
+def test_open_ranges_then_done_ranges_keep_every_completed_shard_once(tmp_path):
+    run = Checkpoint().with_open_range(_place(2, 1)).with_open_range(_place(0, 2)).with_open_range(_place(2, 3))
+    assert run.mode == MODE_RANGES and sorted(run.open_ranges) == [0, 2]
+    names = [_shard(0, 0).name, _shard(0, 1).name, *(_shard(2, n).name for n in range(3))]
+    assert [s.name for s in run.shards] == names
+    done = run.with_range_done(0, _place(0, 4).totals, _place(0, 4).shards)
+    assert done.ranges_done == (0,) and sorted(done.open_ranges) == [2]
+    assert [s.name for s in done.shards] == [*(_shard(0, n).name for n in range(4)), *(_shard(2, n).name
+                                                                                       for n in range(3))]
+    assert done.totals == _place(0, 4).totals and done.with_range_done(0, Totals(), ()) is done
+    save_checkpoint(LocalStore(tmp_path), done)
+    assert load_checkpoint(tmp_path) == done
+    assert not done.is_started  # a run of writer processes is not the sequential loop's: Ray refuses it
+
+
+def test_a_version_2_document_is_read_as_the_engine_that_wrote_it(tmp_path):
+    (tmp_path / ".dataprep").mkdir()
+    doc = json.loads(Checkpoint(range=1, position=7, records_done=9).to_bytes())
+    for key in ("mode", "open_ranges"):
+        doc.pop(key)
+    doc["version"] = 2
+    (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
+    read = load_checkpoint(tmp_path)
+    assert read is not None and read.mode == MODE_SEQUENTIAL and read.is_started and read.position == 7
+    doc["ranges_done"] = [0, 3]
+    (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
+    read = load_checkpoint(tmp_path)
+    assert read is not None and read.mode == MODE_RAY and read.ranges_done == (0, 3)
+    doc["version"] = 9
+    (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
+    with pytest.raises(FormatError, match="version 9"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(("total", "want"), [(0, MIN_AUTO_RANGE_BYTES), (10 * 2**20, MIN_AUTO_RANGE_BYTES),
+                                             (64 * 8 * 2**20, 8 * 2**20), (2**50, MAX_AUTO_RANGE_BYTES)])
+def test_the_automatic_range_size(total, want):
+    assert auto_range_bytes(total) == want
+
+
+def test_auto_ranges_depend_on_the_plan_alone():
+    sizes = np.full(6400, 2**20 // 16, dtype=np.int64)  # 400 MiB of 64 KiB units: 64 ranges of 6.25 MiB
+    starts = split_ranges(sizes, None)
+    assert len(starts) - 1 == AUTO_RANGES
+    assert np.array_equal(starts, split_ranges(sizes, auto_range_bytes(int(sizes.sum()))))
+    assert len(split_ranges(np.full(10, 1000, dtype=np.int64), None)) == 2  # a small plan: one range
