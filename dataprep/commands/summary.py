@@ -17,6 +17,8 @@ class Summary:
     tokens: token ids in the shards (EOS included) for token output, else None. split: how the run
     shared its ``--workers`` cores (``engines.context.WriterSplit``: writer processes x cleaning threads,
     and why), None where the engine does not say (``--engine ray``, an OUT already complete).
+    peak_mib: the peak resident memory of this process and of its largest writer process (MiB; None:
+    not measured, or no writer processes).
     """
 
     out: str
@@ -33,6 +35,7 @@ class Summary:
     layout_reason: str | None = None
     tokens: int | None = None
     split: WriterSplit | None = None
+    peak_mib: tuple[float | None, float | None] = (None, None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +53,7 @@ class Summary:
             "already_complete": self.already_complete,
             "tokens": self.tokens,
             "workers": self.split.to_json() if self.split is not None else None,
+            "peak_rss_mib": {"process": self.peak_mib[0], "largest_writer": self.peak_mib[1]},
         }
 
 
@@ -85,6 +89,10 @@ def format_summary(summary: Summary) -> str:
         ]
         if summary.split is not None:
             rows += [("workers", summary.split.describe()), ("  because", summary.split.why)]
+        process, writer = summary.peak_mib
+        if process is not None:
+            rows.append(("peak memory", f"{process:,.0f} MiB" + (f", largest writer {writer:,.0f} MiB"
+                                                                 if writer is not None else "")))
         if summary.resumed_from_shard is not None:
             rows.append(("resumed at shard", str(summary.resumed_from_shard)))
     return format_table(rows)

@@ -75,10 +75,12 @@ class WriterSplit:
 @dataclass(frozen=True)
 class RunOutcome:
     """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work; ``split``:
-    how the engine shared the cores, None where it does not say)."""
+    how the engine shared the cores, None where it does not say; ``writer_peak_kib``: the largest peak
+    resident memory of its writer processes, KiB, None without writer processes or /proc)."""
 
     totals: Totals
     shards: tuple[ShardInfo, ...]
     processed: int
     bytes_out: int
     split: WriterSplit | None = None
+    writer_peak_kib: int | None = None

@@ -4,15 +4,17 @@ How the ``--workers`` cores are shared (``choose_split``, printed in the summary
 
 - ``--workers 1``, or a plan of one range: one process writes the ranges one after another
   (``CheckpointedRun``), cleaning inline; media with ``--workers`` > 1 on that many threads of
-  a supervised child (``dataprep.engines.supervisor``), token output tokenized on that many
-  threads. A run started this way resumes this way.
+  a supervised child (``dataprep.engines.supervisor``), token output of a tokenizer.json
+  tokenized on that many threads. Table rows and text are never sent to other processes: on
+  a 2-core machine that cost more than the cleaning (2 worker processes were 1.8-2x slower
+  than 1). A run started this way resumes this way.
 - otherwise writer processes (``dataprep.engines.local_writers``), each writing whole ranges:
   media ``MEDIA_THREADS`` cleaning threads each (decoding releases the GIL; a writer's own
   share of the work, writing and hashing its shards, then overlaps the decoding), tables and
   text one process per core cleaning inline (their cleaning holds the GIL: processes, and no
   row pickled between processes). Never more writers than ranges: the ones left get the
-  cores as threads (media, token output). A run started this way resumes this way, on as many
-  writers as ``--workers`` now says (one: in this process).
+  cores as threads where threads help (media, tokenizing with a tokenizer.json). A run started
+  this way resumes this way, on as many writers as ``--workers`` now says (one: in this process).
 
 OUT in object storage is written by one process (writer processes there: not built).
 """
@@ -47,8 +49,8 @@ class LocalEngine:
             raise UsageError(f"{ctx.store.describe()} holds a run started with --engine ray "
                              f"({len(checkpoint.ranges_done)} of {ctx.plan.num_ranges} ranges done); resume it with "
                              "--engine ray, or pass --overwrite")
-        handler = ctx.spec.handler
-        tokens = ctx.spec.tokenizer is not None
+        handler, tokenizer = ctx.spec.handler, ctx.spec.tokenizer
+        tokens = tokenizer is not None and tokenizer.backend is not None  # a library tokenizer releases the GIL
         split = choose_split(self.workers, media=handler.is_media, tokens=tokens, ranges=ctx.plan.num_ranges)
         if checkpoint.mode == MODE_RANGES:
             return run_writers(ctx, checkpoint, progress, split)
@@ -59,7 +61,11 @@ class LocalEngine:
 
 
 def choose_split(workers: int, *, media: bool, tokens: bool, ranges: int) -> WriterSplit:
-    """How ``workers`` cores are shared for a plan of ``ranges`` ranges (module docstring)."""
+    """How ``workers`` cores are shared for a plan of ``ranges`` ranges (module docstring).
+
+    media: the inputs are images (decoding releases the GIL); tokens: token output with a
+    library tokenizer (its ``encode_batch`` releases the GIL; ``bytes`` ids are made holding it).
+    """
     if workers == 1:
         return WriterSplit(1, 1, "--workers 1: one process")
     if ranges <= 1:

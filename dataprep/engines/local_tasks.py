@@ -17,7 +17,7 @@ import functools
 import multiprocessing
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from dataprep.engines.state_files import RANGES_DIR, dups_name, spill_name
 from dataprep.engines.run_modes import RangeWriterRun
 from dataprep.engines.spill import SpillWriter
 from dataprep.engines.write_loop import ProcessCleaning, ThreadCleaning, WriteLoop, clean_item
-from dataprep.engines.writer_pool import PoolEvents, Send, SlotProgress, WriterProgram, WriterSlot
+from dataprep.engines.writer_pool import PoolEvents, Send, SlotProgress, WriterProgram, WriterSlot, peak_rss_kib
 from dataprep.inputs.records import Reject
 from dataprep.output.store import OutputStore
 from dataprep.plan.checkpoint import Checkpoint
@@ -83,10 +83,12 @@ class WriteJob:
 
 @dataclass(frozen=True)
 class JobDone:
-    """A job's end: the records it went through; for a ``WriteJob`` the range's outcome."""
+    """A job's end: the records it went through; for a ``WriteJob`` the range's outcome; the writer's peak
+    resident memory so far (KiB, None: unknown)."""
 
     records: int
     outcome: RunOutcome | None = None
+    peak_kib: int | None = None
 
 
 def open_env(setup: WriterSetup, slot: WriterSlot) -> WriterEnv:
@@ -98,10 +100,12 @@ def open_env(setup: WriterSetup, slot: WriterSlot) -> WriterEnv:
 def run_job(env: WriterEnv, job: DigestJob | GroupJob | WriteJob, send: Send) -> JobDone:
     """Run one job in a writer (module docstring)."""
     if isinstance(job, DigestJob):
-        return digest_range(env, job.index)
-    if isinstance(job, GroupJob):
-        return group_part(env.ctx.store, job)
-    return write_range_from(env, job, send)
+        done = digest_range(env, job.index)
+    elif isinstance(job, GroupJob):
+        done = group_part(env.ctx.store, job)
+    else:
+        done = write_range_from(env, job, send)
+    return replace(done, peak_kib=peak_rss_kib())
 
 
 def program(setup: WriterSetup) -> WriterProgram:

@@ -70,7 +70,7 @@ def run_writers(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine,
     progress.close()
     join_rejects(store, PARTIAL_REJECTS_PATH, num_ranges)
     done = run.checkpoint
-    return RunOutcome(done.totals, done.shards, run.records, run.bytes_out, split)
+    return RunOutcome(done.totals, done.shards, run.records, run.bytes_out, split, run.writer_peak_kib)
 
 
 class _Run:
@@ -83,6 +83,7 @@ class _Run:
         self.deaths: Counter[tuple[str, int]] = Counter()
         self.crashed: dict[int, dict[int, Reject]] = {}
         self.records = self.rejected = self.bytes_out = 0
+        self.writer_peak_kib: int | None = None
 
     def place(self, index: int) -> Checkpoint:
         """Where range ``index`` is to be written from: the last place recorded, or its start."""
@@ -98,6 +99,8 @@ class _Run:
         if not isinstance(result, JobDone):
             raise TypeError(f"a writer's job ended with a {type(result).__name__}, not a JobDone")
         self.records += result.records
+        if result.peak_kib is not None:
+            self.writer_peak_kib = max(self.writer_peak_kib or 0, result.peak_kib)
         if isinstance(job, WriteJob) and result.outcome is not None:
             outcome, index = result.outcome, job.place.range
             self.checkpoint = self.checkpoint.with_range_done(index, outcome.totals, outcome.shards)

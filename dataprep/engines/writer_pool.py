@@ -48,6 +48,18 @@ _COUNTERS = 4  # a slot: [job sequence number, inputs done, rejected, bytes writ
 Send = Callable[[Any], None]
 
 
+def peak_rss_kib() -> int | None:
+    """This process's peak resident memory so far (``VmHWM``, KiB); None where Linux's /proc is not there.
+
+    Not ``ru_maxrss``: Linux carries it across fork and exec, so a writer would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), None)
+    except (OSError, ValueError):
+        return None
+
+
 class WriterSlot:
     """One writer's shared memory: the counts of its current job and the positions it is cleaning (module docstring).
 
