@@ -88,4 +88,5 @@ def _sequential(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine,
         outcome = run_supervised(ctx, mode, progress)
     else:
         outcome = WriteLoop(ctx, mode, ProcessCleaning(1), progress).execute()
-    return RunOutcome(outcome.totals, outcome.shards, outcome.processed, outcome.bytes_out, split)
+    return RunOutcome(totals=outcome.totals, shards=outcome.shards, processed=outcome.processed,
+                      bytes_out=outcome.bytes_out, split=split)

@@ -70,7 +70,8 @@ def run_writers(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine,
     progress.close()
     join_rejects(store, PARTIAL_REJECTS_PATH, num_ranges)
     done = run.checkpoint
-    return RunOutcome(done.totals, done.shards, run.records, run.bytes_out, split, run.writer_peak_kib)
+    return RunOutcome(totals=done.totals, shards=done.shards, processed=run.records, bytes_out=run.bytes_out,
+                      split=split, writer_peak_kib=run.writer_peak_kib)
 
 
 class _Run:

@@ -272,26 +272,18 @@ def threaded_ordered_map(
     At most ``window`` items are submitted and not yet yielded. Item ``i`` has position
     ``first_position + i``; with ``in_flight``, a thread marks the position of the item
     it works on until ``fn`` returns. An exception from ``fn`` is raised here, at its
-    item's turn; closing the iterator early cancels what has not started.
+    item's turn; closing the iterator early cancels what has not started. One worker runs
+    ``fn`` on the calling thread (no hand-off between threads), marking ``in_flight`` alike.
     """
     if in_flight is not None and in_flight.slots < window:
         raise ValueError(f"in_flight has {in_flight.slots} slots, fewer than the window of {window}")
-
-    def task(position: int, item: T) -> R:
-        if in_flight is None:
-            return fn(context, item)
-        in_flight.mark(position)
-        try:
-            return fn(context, item)
-        finally:
-            in_flight.clear(position)
-
+    task = _Marked(fn, context, in_flight)
     numbered = enumerate(items, first_position)
     if workers <= 1:
         for position, item in numbered:
             yield task(position, item)
         return
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="dataprep-clean") as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="dataprep-clean") as pool:
         pending: deque[Future[R]] = deque(pool.submit(task,
                                                       *pair) for pair in itertools.islice(numbered, max(1, window)))
         try:
@@ -305,6 +297,24 @@ def threaded_ordered_map(
         finally:
             for future in pending:
                 future.cancel()
+
+
+@dataclass(frozen=True)
+class _Marked(Generic[T, R]):
+    """``fn(context, item)``, the item's position marked in ``in_flight`` (if any) while it runs."""
+
+    fn: Callable[[Any, T], R]
+    context: Any
+    in_flight: InFlight | None
+
+    def __call__(self, position: int, item: T) -> R:
+        if self.in_flight is None:
+            return self.fn(self.context, item)
+        self.in_flight.mark(position)
+        try:
+            return self.fn(self.context, item)
+        finally:
+            self.in_flight.clear(position)
 
 
 def _chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -3,7 +3,7 @@
     python -m tools.bench.writers_bench [--photos 1200] [--rows 100000] [--workers N] [--repeat 3]
                                         [--cases images,table,tokens-bpe,tokens-bytes] [--seed 0] [--json [PATH]]
 
-Raw inputs, made once in a temporary folder (``writers_inputs``): ``--photos`` synthetic photos
+Raw inputs, made once in a temporary folder (``writers_runs``): ``--photos`` synthetic photos
 (an image-folder tree), and ``--rows`` JSON lines of short documents with duplicates across the
 file, plus a byte-level BPE ``tokenizer.json`` trained on them. Cases, each a ``dataprep shard``
 (``python -m dataprep.cli shard RAW OUT --json``, a fresh process; its own ``elapsed_s``: the
@@ -26,11 +26,9 @@ a shared machine lowers the N-worker rates, and so the ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,31 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from loaders.read.topology import cpus_available
-from tools.bench.writers_inputs import has_webdataset, make_bpe, make_photos, make_rows, pool_reencode
+from tools.bench.writers_runs import Timed, has_webdataset, make_bpe, make_photos, make_rows, pool_reencode, time_shard
 from tools.common.pagecache import files_under, warm_page_cache
 from tools.common.report import ToolError, add_output_args, check_int, emit, format_table, machine_busy_s
-from tools.common.synthetic import REPO_ROOT
 
 TOOL = "writers_bench"
 TARGET_RATIO = 0.90
 CASES = ("images", "table", "tokens-bpe", "tokens-bytes")
 ROWS_NAME = "rows/rows.jsonl"
-
-
-@dataclass(frozen=True)
-class Timed:
-    """One timed run: its own seconds, inputs, CPU seconds (start-up included), the cores other processes kept busy
-    meanwhile (None: unknown), how it shared its cores."""
-
-    seconds: float
-    inputs: int
-    cpu_s: float
-    others_cores: float | None
-    split: str = ""
-
-    @property
-    def rate(self) -> float:
-        return self.inputs / max(self.seconds, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -98,25 +79,6 @@ def _case_args(case: str, top: Path) -> tuple[Path, list[str]]:
     return rows, ["--tokenizer", tokenizer]
 
 
-def time_shard(raw: Path, out: Path, workers: int, options: Sequence[str]) -> Timed:
-    """``dataprep shard RAW OUT --workers W`` in a fresh process (module docstring); OUT removed after."""
-    command = [sys.executable, "-m", "dataprep.cli", "shard", os.fspath(raw), os.fspath(out), "--workers",
-               str(workers), "--json", "--no-progress", *options]
-    before, busy, start = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy_s(), time.perf_counter()
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - start
-    after, busy_after = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy_s()
-    shutil.rmtree(out, ignore_errors=True)
-    if done.returncode != 0:
-        raise ToolError(f"dataprep shard {raw} --workers {workers} exited {done.returncode}: {done.stderr[-500:]}")
-    summary = json.loads(done.stdout)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    others = None if busy is None or busy_after is None else max(busy_after - busy - cpu, 0.0) / wall
-    split = summary.get("workers") or {}
-    described = f"{split.get('writers')} x {split.get('threads_per_writer')}" if split else ""
-    return Timed(float(summary["elapsed_s"]), int(summary["totals"]["inputs_seen"]), cpu, others, described)
-
-
 def measure_case(case: str, top: Path, workers: int, repeat: int) -> CaseResult:
     """``case`` with 1 and ``workers`` workers, alternating, ``repeat`` times each; the best of each."""
     raw, options = _case_args(case, top)
@@ -127,8 +89,8 @@ def measure_case(case: str, top: Path, workers: int, repeat: int) -> CaseResult:
         ones.append(time_shard(raw, top / f"out-{case}-1-{r}", 1, options))
         manys.append(time_shard(raw, top / f"out-{case}-n-{r}", workers, options))
     best_one, best_many = min(ones, key=lambda t: t.seconds), min(manys, key=lambda t: t.seconds)
-    return CaseResult(case, workers, best_one, best_many, tuple(t.seconds for t in ones),
-                      tuple(t.seconds for t in manys))
+    return CaseResult(case=case, workers=workers, one=best_one, many=best_many,
+                      one_runs=tuple(t.seconds for t in ones), many_runs=tuple(t.seconds for t in manys))
 
 
 def measure_pool(top: Path, workers: int, repeat: int, *, wds: bool) -> CaseResult:
@@ -146,12 +108,14 @@ def measure_pool(top: Path, workers: int, repeat: int, *, wds: bool) -> CaseResu
                                                                                       children.ru_stime)
             busy_after = machine_busy_s()
             others = None if busy is None or busy_after is None else max(busy_after - busy - cpu, 0.0) / seconds
-            runs[count].append(Timed(seconds, images, cpu, others, f"{count} x 1"))
+            runs[count].append(Timed(seconds=seconds, inputs=images, cpu_s=cpu, others_cores=others,
+                                     split=f"{count} x 1"))
             shutil.rmtree(top / f"wds-{count}-{r}", ignore_errors=True)
     name = "pool + webdataset.ShardWriter" if wds else "multiprocessing.Pool re-encode"
     one, many = runs[1], runs[workers]
-    return CaseResult(name, workers, min(one, key=lambda t: t.seconds), min(many, key=lambda t: t.seconds),
-                      tuple(t.seconds for t in one), tuple(t.seconds for t in many))
+    return CaseResult(case=name, workers=workers, one=min(one, key=lambda t: t.seconds),
+                      many=min(many, key=lambda t: t.seconds), one_runs=tuple(t.seconds for t in one),
+                      many_runs=tuple(t.seconds for t in many))
 
 
 @dataclass(frozen=True)
@@ -196,7 +160,8 @@ def measure(*, photos: int = 1200, rows: int = 100_000, workers: int | None = No
             if has_webdataset():
                 results.append(measure_pool(top, workers, repeat, wds=True))
         count = len(files_under(top / "photos" / "images"))
-    return WritersReport(cores, workers, repeat, count, rows, sizes, tuple(results))
+    return WritersReport(cores=cores, workers=workers, repeat=repeat, photos=count, rows=rows, input_bytes=sizes,
+                         results=tuple(results))
 
 
 def format_report(report: WritersReport) -> str:
@@ -207,14 +172,21 @@ def format_report(report: WritersReport) -> str:
         others = [t.others_cores for t in (r.one, r.many) if t.others_cores is not None]
         rows.append((r.case, f"{r.one.rate:,.0f}", f"{r.many.rate:,.0f}", f"{r.ratio:.0%}",
                      "meets" if r.ratio >= TARGET_RATIO else "BELOW", f"{r.one.cpu_s:.2f}", f"{r.many.cpu_s:.2f}",
-                     r.many.split, f"{max(others):.1f}" if others else "-"))
+                     r.many.split, *(_mib_cell(v) for v in (r.one.peak_mib[0], *r.many.peak_mib)),
+                     f"{max(others):.1f}" if others else "-"))
     headers = ("case", "inputs/s 1", f"inputs/s {n}", f"{n} / ({n} x 1)", f"target {TARGET_RATIO:.0%}",
-               "CPU s 1", f"CPU s {n}", "writers x threads", "others")
+               "CPU s 1", f"CPU s {n}", "writers x threads", "MiB 1", f"MiB {n}", "MiB writer", "others")
     head = (f"{report.photos:,} photos ({report.input_bytes['photos'] / 1e6:.0f} MB), {report.rows:,} JSON lines "
             f"({report.input_bytes['rows'] / 1e6:.0f} MB); {report.cores} cores; best of {report.repeat}, "
             "alternating; dataprep rates over its own elapsed time (start-up excluded)")
-    notes = ["others: cores kept busy by other processes during the timed runs (the worst of the two rows)."]
+    notes = ["others: cores kept busy by other processes during the timed runs (the worst of the two rows).",
+             "MiB: peak resident memory (VmHWM) of the dataprep process with 1 and N workers, and of its largest "
+             "writer process with N."]
     return "\n".join([head, "", format_table(headers, rows), "", *[f"note: {n}" for n in notes]])
+
+
+def _mib_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -18,8 +18,8 @@ from loaders import cpus_available
 from tools.common.loader_run import LoaderConfig, run_config
 from tools.common.pagecache import files_under, warm_page_cache
 from tools.common.report import ToolError
-from tools.bench.writers_bench import time_shard as time_one_shard
-from tools.bench.writers_inputs import make_bpe, make_rows
+from tools.bench.writers_runs import make_bpe, make_rows
+from tools.bench.writers_runs import time_shard as time_one_shard
 from tools.common.synthetic import REPO_ROOT, make_raw_images, shard
 from tools.gpu.end_to_end import BUDGET_SPENT
 from tools.suites.device.run_state import Suite, need

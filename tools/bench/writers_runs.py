@@ -1,5 +1,7 @@
-"""The raw inputs of ``tools.bench.writers_bench``: photos, a JSONL table of short documents, a BPE trained on it;
-and the hand-written baseline: a ``multiprocessing.Pool`` that decodes and re-encodes the photos.
+"""The runs of ``tools.bench.writers_bench`` (and of the device suite's ``shard_writers`` step): its raw inputs
+(photos, a JSONL table of short documents, a BPE trained on it), one timed ``dataprep shard`` in a process of its
+own (``time_shard``), and the hand-written baseline: a ``multiprocessing.Pool`` that decodes and re-encodes the
+photos.
 
 ``make_rows``: ``rows`` JSON lines ``{"id": i, "text": ..., "score": ...}``, each text 3-120 words
 (log-normal, median 30) drawn from ``dataprep.synthetic``'s words and made-up ones (Zipf
@@ -17,7 +19,13 @@ import io
 import json
 import multiprocessing
 import os
+import resource
+import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +34,53 @@ from PIL import Image
 
 from dataprep.synthetic import bpe_json
 from dataprep.synthetic.vocab import WORDS
-from tools.common.report import ToolError
-from tools.common.synthetic import make_raw_images
+from tools.common.report import ToolError, machine_busy_s
+from tools.common.synthetic import REPO_ROOT, make_raw_images
 
 _SYLLABLES = ("ka", "ro", "mi", "te", "su", "an", "el", "or", "ix", "qu", "bra", "ste", "lon", "ver", "tho", "ing")
 _VOCABULARY = 3000
 _DUPLICATE_EVERY, _EMPTY_EVERY = 25, 50
 _TRAIN_BYTES = 2_000_000
 POOL_CHUNK = 8
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed run: its own seconds, inputs, CPU seconds (start-up included), the cores other processes kept busy
+    meanwhile (None: unknown), how it shared its cores, the peak resident memory of its process and of its largest
+    writer process (MiB, the summary's; None: unknown or none)."""
+
+    seconds: float
+    inputs: int
+    cpu_s: float
+    others_cores: float | None
+    split: str = ""
+    peak_mib: tuple[float | None, float | None] = (None, None)
+
+    @property
+    def rate(self) -> float:
+        return self.inputs / max(self.seconds, 1e-9)
+
+
+def time_shard(raw: Path, out: Path, workers: int, options: Sequence[str]) -> Timed:
+    """``dataprep shard RAW OUT --workers W`` in a fresh process (module docstring); OUT removed after."""
+    command = [sys.executable, "-m", "dataprep.cli", "shard", os.fspath(raw), os.fspath(out), "--workers",
+               str(workers), "--json", "--no-progress", *options]
+    before, busy, start = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy_s(), time.perf_counter()
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - start
+    after, busy_after = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy_s()
+    shutil.rmtree(out, ignore_errors=True)
+    if done.returncode != 0:
+        raise ToolError(f"dataprep shard {raw} --workers {workers} exited {done.returncode}: {done.stderr[-500:]}")
+    summary = json.loads(done.stdout)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    others = None if busy is None or busy_after is None else max(busy_after - busy - cpu, 0.0) / wall
+    split = summary.get("workers") or {}
+    described = f"{split.get('writers')} x {split.get('threads_per_writer')}" if split else ""
+    peak = summary.get("peak_rss_mib") or {}
+    return Timed(seconds=float(summary["elapsed_s"]), inputs=int(summary["totals"]["inputs_seen"]), cpu_s=cpu,
+                 others_cores=others, split=described, peak_mib=(peak.get("process"), peak.get("largest_writer")))
 
 
 def make_photos(root: Path, photos: int) -> Path:
