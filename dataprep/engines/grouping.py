@@ -98,12 +98,15 @@ def partition_bytes(store: OutputStore, index: int, part: int) -> bytes:
     """The records of partition ``part`` in range ``index``'s digest file, in order."""
     chunks: list[bytes] = []
     with store.open_read(digests_name(index)) as f:
+        seekable = f.seekable()  # an object store's stream is not: other partitions' chunks are read past
         while head := f.read(_CHUNK_HEAD.size):
             which, size = _CHUNK_HEAD.unpack(head)
             if which == part:
                 chunks.append(f.read(size))
-            else:
+            elif seekable:
                 f.seek(size, io.SEEK_CUR)
+            else:
+                f.read(size)
     return b"".join(chunks)
 
 

@@ -48,8 +48,11 @@ def spill_name(index: int) -> str:
 
 def join_rejects(store: OutputStore, partial_name: str, num_ranges: int) -> None:
     """The run's rejects file ``partial_name``: every range's rejects file, in range order (the bytes a run
-    that wrote the ranges one after another appends)."""
+    that wrote the ranges one after another appends). A range without one has no reject: a rejects file is
+    made durable only once something is in it."""
     with store.writer(partial_name) as dst:
         for index in range(num_ranges):
+            if not store.exists(rejects_name(index)):
+                continue
             with store.open_read(rejects_name(index)) as src:
                 shutil.copyfileobj(src, dst, 1 << 20)

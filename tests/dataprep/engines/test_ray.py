@@ -132,16 +132,17 @@ TOKEN_CASES = {
 }
 
 
+@pytest.mark.parametrize("tokenizer", ["bpe", "bytes"])
 @pytest.mark.parametrize("case", ["text", "table"])
-def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_path, case):
+def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_path, case, tokenizer):
     """Each task gets the driver's tokenizer pickled and tokenizes on one thread: the bytes of a local run on
-    two processes and two threads, and Megatron reads them."""
+    two writer processes, and Megatron reads them."""
     from tests.dataprep.token_samples import megatron_documents
 
     pytest.importorskip("megatron.core.datasets.indexed_dataset")
     make, options = TOKEN_CASES[case]
     raw = make(tmp_path / "raw")
-    options = [*options, "--tokenizer", os.fspath(bpe_path)]
+    options = [*options, "--tokenizer", os.fspath(bpe_path) if tokenizer == "bpe" else "bytes"]
     local, on_ray = tmp_path / "local", tmp_path / "ray"
     assert shard_cli(raw, local, *options, "--workers", "2") == 0
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0

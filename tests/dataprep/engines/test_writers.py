@@ -137,7 +137,7 @@ def _files_at_least(out: Path, n: int) -> Callable[[], bool]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["images", "table", "tokens-bytes"])
+@pytest.mark.parametrize("kind", ["images", "table", "text", "tokens-bpe", "tokens-bytes"])
 def test_kill9_at_random_points_then_resume_is_byte_identical(cli, tmp_path, kind, bpe_or_none):
     """SIGKILL to the whole run (parent and writers: a power cut) at points drawn at random (seeded), twice in a
     row, then a rerun: the bytes of an uninterrupted run, every input accounted for once."""
