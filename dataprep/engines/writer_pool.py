@@ -4,8 +4,9 @@ Lifecycle (``WriterPool``): the constructor starts nothing; entering starts ``wr
 processes with ``multiprocessing``'s start method (fork, forkserver or spawn: the setup is
 pickled once per process, each job and its result once); leaving stops them whatever
 happened (a ``None`` job, then SIGTERM, then SIGKILL, each after a timeout; at once on an
-error or Ctrl-C). ``run(jobs, events)`` hands the jobs out in order to idle writers and waits
-for them (``connection.wait``, ``TICK_S`` at most, then ``events.tick``: the progress line) with
+error or Ctrl-C). ``run(jobs, events)`` hands the jobs out in order, one running and one queued
+per writer while there are more jobs than writers (a writer never waits for this process between
+two jobs), and waits for them (``connection.wait``, ``TICK_S`` at most, then ``events.tick``: the progress line) with
 a liveness check on every writer: a message goes to ``events.message``, a result to
 ``events.done``, an error is raised here (the other writers stopped by leaving the pool); a
 writer that dies without a result (its sentinel) is replaced by a fresh process and
@@ -30,7 +31,7 @@ import signal
 import sys
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from types import FrameType, TracebackType
 from typing import Any, Protocol
@@ -142,11 +143,14 @@ class PoolEvents(Protocol):
 
 @dataclass
 class _Writer:
+    """A writer process as the parent sees it: its jobs sent and not done, in order (the first is running), and
+    their sequence numbers (the slot says which one it counts)."""
+
     process: Any
     conn: Connection
     slot: WriterSlot
-    job: Any = None
-    seq: int = 0
+    jobs: deque[Any] = field(default_factory=deque)
+    seqs: deque[int] = field(default_factory=deque)
 
 
 class WriterPool:
@@ -177,53 +181,65 @@ class WriterPool:
     def run(self, jobs: list[Any], events: PoolEvents) -> None:
         """Run every job (and those ``events.died`` puts instead) to its result (module docstring)."""
         pending = deque(jobs)
-        while pending or any(w.job is not None for w in self._writers):
-            for writer in self._writers:
-                if writer.job is None and pending:
-                    self._send(writer, pending.popleft())
-            busy = [w for w in self._writers if w.job is not None]
+        while pending or any(w.jobs for w in self._writers):
+            self._dispatch(pending)
+            busy = [w for w in self._writers if w.jobs]
             ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=TICK_S))
             for writer in busy:
-                gone = writer.conn in ready and not self._receive(writer, events)
+                gone = writer.conn in ready and not self._receive(writer, events, pending)
                 if gone or (writer.process.sentinel in ready and not writer.conn.poll()):
-                    replacement = self._replace(writer, events)
-                    if replacement is not None:
-                        pending.appendleft(replacement)
+                    pending.extendleft(reversed(self._replace(writer, events)))
             events.tick(self._counts())
+
+    def _dispatch(self, pending: deque[Any]) -> None:
+        """A job to every idle writer; then a next one queued behind each writer's, while more jobs are left than
+        writers (so that a writer never waits for this process between two jobs, and none is left with two at
+        the end while another has none)."""
+        for writer in self._writers:
+            if not writer.jobs and pending:
+                self._send(writer, pending.popleft())
+        for writer in self._writers:
+            if len(writer.jobs) == 1 and len(pending) > len(self._writers):
+                self._send(writer, pending.popleft())
 
     def _send(self, writer: _Writer, job: Any) -> None:
         self._seq += 1
-        writer.job, writer.seq = job, self._seq
+        writer.jobs.append(job)
+        writer.seqs.append(self._seq)
         writer.conn.send((self._seq, job))
 
-    def _receive(self, writer: _Writer, events: PoolEvents) -> bool:
+    def _receive(self, writer: _Writer, events: PoolEvents, pending: deque[Any]) -> bool:
         """Handle one thing ``writer`` sent; False if it is gone (its end of the pipe closed: it died)."""
         try:
             kind, payload = writer.conn.recv()
         except (EOFError, OSError, pickle.UnpicklingError):
             return False
         if kind == "message":
-            events.message(writer.job, payload)
+            events.message(writer.jobs[0], payload)
         elif kind == "done":
-            job, writer.job = writer.job, None
+            job = writer.jobs.popleft()
+            writer.seqs.popleft()
+            self._dispatch(pending)  # before recording the result (a checkpoint to fsync): no writer waits
             events.done(job, payload)
         else:
-            events.failed(writer.job, payload)
+            events.failed(writer.jobs[0], payload)
             raise payload
         return True
 
-    def _replace(self, writer: _Writer, events: PoolEvents) -> Any:
-        """A fresh process in the place of ``writer``, which died: the job ``events.died`` gives instead of its job
-        (None if it had none)."""
+    def _replace(self, writer: _Writer, events: PoolEvents) -> list[Any]:
+        """A fresh process in the place of ``writer``, which died: the jobs to run instead of its own (the one it
+        was running as ``events.died`` says, then those queued behind it)."""
         writer.process.join(STOP_TIMEOUT_S)
-        status, job, in_flight = writer.process.exitcode, writer.job, writer.slot.in_flight.positions()
+        status, in_flight = writer.process.exitcode, writer.slot.in_flight.positions()
         writer.conn.close()
         writer.slot.in_flight.reset()
         self._writers[self._writers.index(writer)] = self._start(writer.slot)
-        return None if job is None else events.died(job, status, in_flight)
+        if not writer.jobs:
+            return []
+        return [events.died(writer.jobs[0], status, in_flight), *list(writer.jobs)[1:]]
 
     def _counts(self) -> tuple[int, int, int]:
-        counts = [w.slot.counts(w.seq) for w in self._writers if w.job is not None]
+        counts = [w.slot.counts(w.seqs[0]) for w in self._writers if w.seqs]
         return (sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts))
 
     def _start(self, slot: WriterSlot) -> _Writer:
