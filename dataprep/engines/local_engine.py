@@ -8,10 +8,11 @@ How the ``--workers`` cores are shared (``choose_split``, printed in the summary
   tokenized on that many threads. Table rows and text are never sent to other processes: on
   a 2-core machine that cost more than the cleaning (2 worker processes were 1.8-2x slower
   than 1). A run started this way resumes this way.
-- otherwise writer processes (``dataprep.engines.local_writers``), each writing whole ranges:
-  media ``MEDIA_THREADS`` cleaning threads each (decoding releases the GIL; a writer's own
-  share of the work, writing and hashing its shards, then overlaps the decoding), tables and
-  text one process per core cleaning inline (their cleaning holds the GIL: processes, and no
+- otherwise writer processes (``dataprep.engines.local_writers``), each writing whole ranges,
+  one per core: media cleaned on ``MEDIA_THREADS`` threads of each (1: inline; decoding
+  releases the GIL, so threads would share a process well, but a process per core needs no
+  hand-off between threads and no shared GIL for the rest of the work: tar members, sha256,
+  JSON), tables and text cleaned inline (their cleaning holds the GIL: processes, and no
   row pickled between processes). Never more writers than ranges: the ones left get the
   cores as threads where threads help (media, tokenizing with a tokenizer.json). A run started
   this way resumes this way, on as many writers as ``--workers`` now says (one: in this process).
@@ -31,7 +32,7 @@ from dataprep.errors import UsageError
 from dataprep.output.store import LocalStore
 from dataprep.plan.checkpoint import MODE_RANGES, MODE_RAY, Checkpoint
 
-# Cleaning threads per writer process for media, by --workers (fewer cores: one thread, the writer's own).
+# Cleaning threads per writer process for media (1: inline, on the writer's own thread; one writer per core).
 MEDIA_THREADS = 1
 
 
