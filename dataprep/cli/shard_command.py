@@ -87,7 +87,9 @@ def _add_tokens(g: Group) -> None:
 
 def _add_run(g: Group) -> None:
     g.add_argument("--workers", type=positive, default=usable_cpus(),
-                   help="parallel workers: cleaning threads for media, processes for tables and text "
+                   help="cores to use: writer processes that write the plan's ranges in parallel, one per core, "
+                        "each cleaning its own inputs (1, or a plan of one range: one process; media then on N "
+                        "threads). The summary says how they were shared; the output does not depend on it "
                         "(default: all cores)")
     g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
     g.add_argument("--overwrite", action="store_true", help="replace what dataprep wrote in OUT (never other files)")
