@@ -83,7 +83,8 @@ class _Run:
         self.phase = "writing"
         self.deaths: Counter[tuple[str, int]] = Counter()
         self.crashed: dict[int, dict[int, Reject]] = {}
-        self.records = self.rejected = self.bytes_out = 0
+        self.records = self.rejected = self.bytes_out = 0  # this run's own written work
+        self.cleaned = 0  # records cleaned by the pass that finds duplicates
         self.writer_peak_kib: int | None = None
 
     def place(self, index: int) -> Checkpoint:
@@ -99,7 +100,10 @@ class _Run:
     def done(self, job: Any, result: Any) -> None:
         if not isinstance(result, JobDone):
             raise TypeError(f"a writer's job ended with a {type(result).__name__}, not a JobDone")
-        self.records += result.records
+        if isinstance(job, WriteJob):
+            self.records += result.records
+        elif isinstance(job, DigestJob):
+            self.cleaned += result.records
         if result.peak_kib is not None:
             self.writer_peak_kib = max(self.writer_peak_kib or 0, result.peak_kib)
         if isinstance(job, WriteJob) and result.outcome is not None:
@@ -136,8 +140,10 @@ class _Run:
         error.add_note(f"in the writer process of {self._describe(job, [])}")
 
     def tick(self, counts: tuple[int, int, int], *, force: bool = False) -> None:
+        """The progress line: ranges written, and the records of this phase (cleaned, or written) so far."""
         done = len(self.checkpoint.ranges_done)
-        self.progress.writers(self.phase, done, self.ctx.plan.num_ranges, self.records + counts[0],
+        base = self.records if self.phase == "writing" else self.cleaned
+        self.progress.writers(self.phase, done, self.ctx.plan.num_ranges, base + counts[0],
                               self.rejected + counts[1], self.bytes_out + counts[2], force=force)
 
     def _describe(self, job: Any, in_flight: list[int]) -> str:
