@@ -121,7 +121,8 @@ class ThreadCleaning:
 
     def results(self, handler: LayoutHandler, items: Iterator[Item],
                 first_position: int) -> Generator[Result, None, None]:
-        prepare_threads()
+        if self.workers > 1:  # one worker cleans on the calling thread: Pillow loads the plugins it needs
+            prepare_threads()
         # One raw record per media unit, so item i is at plan position first_position + i.
         return threaded_ordered_map(clean_item, items, context=handler, workers=self.workers,
                                     window=self.in_flight.slots, first_position=first_position,

@@ -1,16 +1,19 @@
-"""How many input bytes a range of the plan holds when ``--range-size`` is ``auto`` (the default).
+"""How a plan is split into ranges when ``--range-size`` is ``auto`` (the default): ranges of equal bytes.
 
 A range is the unit that writer processes (``--engine local``) and Ray tasks write in
-parallel, so a run has at most as many writers busy as its plan has ranges; the split must
-not depend on ``--workers`` (the output bytes do not), so it is a function of the plan
-alone: the planned input bytes over ``AUTO_RANGES``, within [``MIN_AUTO_RANGE_BYTES``,
-``MAX_AUTO_RANGE_BYTES``]. 64 ranges keep 2, 4, 8, 16, 32 or 64 writers busy to the end
-(no last wave with idle writers, ranges being of about equal bytes); each range ends with
-a shard of its own, usually smaller than ``--shard-size``, so a run writes at least as many
-shards as it has ranges. The lower bound keeps a small RAW in few ranges: each range costs
-a few milliseconds (a shard closed and synced, a checkpoint), and a RAW of a few MiB is
-written faster by one process than shared. Line-based files (JSONL, text by line) are cut
-into parts of ``AUTO_PART_BYTES`` so that a single large file still makes many ranges.
+parallel, so a run keeps at most as many writers busy as its plan has ranges, and ranges
+of unequal work leave writers idle at the end. The split must not depend on ``--workers``
+(the output bytes do not), so it is a function of the plan alone: ``auto_range_count``
+ranges of about equal input bytes (``even_range_starts``: each ends at the unit nearest to
+its share of the plan's bytes). The count is ``AUTO_RANGES`` (64), fewer when ranges would
+hold under ``MIN_AUTO_RANGE_BYTES`` (4 MiB: each range costs a few milliseconds, a shard
+closed and made durable, a checkpoint, and a RAW of a few MiB is written faster by one
+process than shared), rounded down to a count in ``COUNTS`` that many core counts divide
+(12 ranges keep 2, 3, 4, 6 or 12 writers busy to the end), and more above
+``AUTO_RANGES x MAX_AUTO_RANGE_BYTES`` (ranges of at most 4 GiB). Each range ends with a
+shard of its own, usually smaller than ``--shard-size``: a run writes at least as many
+shards as ranges. Line-based files (JSONL, text by line) are cut into parts of
+``AUTO_PART_BYTES`` so that one large file still splits evenly.
 """
 
 from __future__ import annotations
@@ -20,22 +23,36 @@ import numpy as np
 AUTO_RANGES = 64
 MIN_AUTO_RANGE_BYTES = 4 * 2**20
 MAX_AUTO_RANGE_BYTES = 4 * 2**30
-AUTO_PART_BYTES = MIN_AUTO_RANGE_BYTES
+COUNTS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+AUTO_PART_BYTES = 512 * 2**10
 
 
-def auto_range_bytes(total_bytes: int) -> int:
-    """The range size of a plan of ``total_bytes`` input bytes (module docstring)."""
-    return int(min(MAX_AUTO_RANGE_BYTES, max(MIN_AUTO_RANGE_BYTES, -(-total_bytes // AUTO_RANGES))))
+def auto_range_count(total_bytes: int) -> int:
+    """How many ranges a plan of ``total_bytes`` input bytes has (module docstring)."""
+    if total_bytes > AUTO_RANGES * MAX_AUTO_RANGE_BYTES:
+        return -(-total_bytes // MAX_AUTO_RANGE_BYTES)
+    fits = max(1, total_bytes // MIN_AUTO_RANGE_BYTES)
+    return max(count for count in COUNTS if count <= fits)
 
 
-def range_bytes_of(unit_bytes: np.ndarray, range_bytes: int | None) -> int:
-    """``range_bytes``, or for None (``auto``) the size that ``auto_range_bytes`` gives the plan's units.
+def even_range_starts(unit_bytes: np.ndarray) -> np.ndarray:
+    """int64 [R + 1]: the first position of each of ``auto_range_count`` ranges of about equal bytes, then N.
 
-    unit_bytes: int64 [N], input bytes of each unit (a unit counts at least 1, as ``split_ranges`` counts it).
+    unit_bytes: int64 [N], input bytes of each unit (a unit counts at least 1 byte). A range
+    ends at the unit boundary nearest to its share of the bytes; a unit larger than a range
+    makes its range larger (and the plan has fewer ranges). An empty plan has one empty range.
     """
-    if range_bytes is not None:
-        return range_bytes
-    return auto_range_bytes(int(np.maximum(unit_bytes, 1).sum()) if len(unit_bytes) else 0)
+    count = len(unit_bytes)
+    if count == 0:
+        return np.zeros(2, dtype=np.int64)
+    ends = np.cumsum(np.maximum(unit_bytes.astype(np.int64), 1))
+    ranges = auto_range_count(int(ends[-1]))
+    targets = ends[-1] * np.arange(1, ranges, dtype=np.float64) / ranges
+    after = np.searchsorted(ends, targets)  # the first unit whose end reaches the target
+    before = np.maximum(after - 1, 0)
+    nearer = np.where(np.abs(ends[before] - targets) <= np.abs(ends[after] - targets), before, after)
+    starts = np.unique(np.clip(nearer + 1, 1, count - 1)) if count > 1 else np.zeros(0, dtype=np.int64)
+    return np.concatenate([[0], starts, [count]]).astype(np.int64)
 
 
 def part_bytes_for(range_bytes: int | None, max_part_bytes: int) -> int:

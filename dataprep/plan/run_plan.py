@@ -52,7 +52,7 @@ from dataprep.inputs.raw_source import RawSource
 from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
 from dataprep.plan.duplicates import find_duplicates, media_bytes
 from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
-from dataprep.plan.range_size import part_bytes_for, range_bytes_of
+from dataprep.plan.range_size import even_range_starts, part_bytes_for
 from dataprep.output.store import STATE_DIR
 from dataprep.inputs.sources import Layout, LayoutChoice, media_records
 
@@ -251,11 +251,12 @@ def _plan_media(options: PlanOptions, layout: Layout, skip: Callable[[str], bool
 def split_ranges(unit_bytes: np.ndarray, range_bytes: int | None) -> np.ndarray:
     """int64 [R + 1]: range starts over positions; a range closes once it holds ``range_bytes`` or more.
 
-    A pure function of the plan's unit sizes and ``range_bytes`` (None: ``auto``, a size from
-    the plan's bytes, ``range_size.range_bytes_of``): the same plan always splits the same
+    A pure function of the plan's unit sizes and ``range_bytes`` (None: ``auto``, ranges of
+    equal bytes, ``range_size.even_range_starts``): the same plan always splits the same
     way, whoever runs it. An empty plan has one empty range.
     """
-    range_bytes = range_bytes_of(unit_bytes, range_bytes)
+    if range_bytes is None:
+        return even_range_starts(unit_bytes)
     starts = [0]
     total = 0
     for position, nbytes in enumerate(unit_bytes.tolist()):

@@ -12,7 +12,7 @@ from dataprep.errors import FormatError
 from dataprep.formats.manifest import ShardInfo, Totals
 from dataprep.plan.checkpoint import (MODE_RANGES, MODE_RAY, MODE_SEQUENTIAL, Checkpoint, load_checkpoint,
                                       save_checkpoint)
-from dataprep.plan.range_size import AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_bytes
+from dataprep.plan.range_size import AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_count
 from dataprep.plan.run_plan import split_ranges
 from dataprep.output.store import LocalStore
 
@@ -62,15 +62,30 @@ def test_a_version_2_document_is_read_as_the_engine_that_wrote_it(tmp_path):
         load_checkpoint(tmp_path)
 
 
-@pytest.mark.parametrize(("total", "want"), [(0, MIN_AUTO_RANGE_BYTES), (10 * 2**20, MIN_AUTO_RANGE_BYTES),
-                                             (64 * 8 * 2**20, 8 * 2**20), (2**50, MAX_AUTO_RANGE_BYTES)])
-def test_the_automatic_range_size(total, want):
-    assert auto_range_bytes(total) == want
+@pytest.mark.parametrize(("total", "want"), [(0, 1), (7 * 2**20, 1), (9 * 2**20, 2), (25 * 2**20, 6),
+                                             (150 * 2**20, 32), (300 * 2**20, 64), (64 * MAX_AUTO_RANGE_BYTES, 64),
+                                             (64 * MAX_AUTO_RANGE_BYTES + 1, 65)])
+def test_the_automatic_range_count(total, want):
+    """64 ranges; fewer below 4 MiB each, rounded down to a count that many core counts divide; more above 4 GiB."""
+    assert auto_range_count(total) == want
+    if 1 < want <= AUTO_RANGES:
+        assert total / want >= MIN_AUTO_RANGE_BYTES
 
 
-def test_auto_ranges_depend_on_the_plan_alone():
-    sizes = np.full(6400, 2**20 // 16, dtype=np.int64)  # 400 MiB of 64 KiB units: 64 ranges of 6.25 MiB
+@pytest.mark.parametrize("seed", range(5))
+def test_auto_ranges_are_of_equal_bytes_and_depend_on_the_plan_alone(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(50_000, 500_000, 2000).astype(np.int64)  # ~520 MiB of photo-sized units
     starts = split_ranges(sizes, None)
-    assert len(starts) - 1 == AUTO_RANGES
-    assert np.array_equal(starts, split_ranges(sizes, auto_range_bytes(int(sizes.sum()))))
-    assert len(split_ranges(np.full(10, 1000, dtype=np.int64), None)) == 2  # a small plan: one range
+    assert np.array_equal(starts, split_ranges(sizes.copy(), None)) and starts[0] == 0 and starts[-1] == len(sizes)
+    assert len(starts) - 1 == AUTO_RANGES and np.all(np.diff(starts) > 0)
+    per_range = np.add.reduceat(sizes, starts[:-1])
+    assert per_range.max() - per_range.min() <= 2 * sizes.max()  # equal but for a unit at either end
+
+
+def test_small_and_odd_plans_split_sensibly():
+    assert split_ranges(np.zeros(0, dtype=np.int64), None).tolist() == [0, 0]
+    assert split_ranges(np.full(10, 1000, dtype=np.int64), None).tolist() == [0, 10]  # 10 KB: one range
+    one_big = np.asarray([2**30, 10, 10], dtype=np.int64)  # a unit larger than a range makes its range larger
+    starts = split_ranges(one_big, None)
+    assert starts[0] == 0 and starts[-1] == 3 and np.all(np.diff(starts) > 0)
