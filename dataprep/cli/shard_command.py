@@ -99,7 +99,7 @@ def _add_run(g: Group) -> None:
                    help="succeed even when no sample is kept (every input rejected, or none found)")
     g.add_argument("--range-size", type=byte_size_or_auto, default=None, metavar="SIZE|auto",
                    help="input bytes per range of the plan: each range is written on its own, ranges in parallel "
-                        "(default auto: the planned input / 64, within 4MiB..4GiB)")
+                        "(default auto: 64 ranges of equal bytes, fewer of at least 4MiB for a small RAW)")
     g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
                    help="local: this machine writes the ranges; ray: one Ray task per range on a cluster "
                         "(OUT must be a folder every node sees; pip install 'shardfeed[ray]'). Same bytes either way")
