@@ -17,7 +17,8 @@ PIP      := $(PY) -m pip --disable-pip-version-check -q
 STAMP    := $(VENV)/.installed
 DEMO     ?= demo
 DEMO_IMAGES ?= 600
-# Every extra of pyproject.toml: the packages are declared there once (tests/test_packaging.py checks).
+# Every extra of pyproject.toml but "gpu" (torchvision for the CUDA decoder: it needs its own torch build):
+# the packages are declared there once (tests/test_packaging.py checks).
 EXTRAS   ?= test,ray,tokens,remote,dev,plot
 LINTED   := dataprep loaders tools tests examples
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests of every package: encoding images, reading tar shards back, waiting on a condition."""
+"""Helpers shared by the tests of every package: photo-like images (``photo_pixels``, ``photo_jpeg``: height
+then width, as numpy shapes), encoding images, reading tar shards back, waiting on a condition."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from PIL import Image
 
 from dataprep.formats.manifest import read_manifest
+from dataprep.synthetic.photos import photo_like
 
 
 def encode(image: np.ndarray | Image.Image, fmt: str, **params: object) -> bytes:
@@ -46,3 +48,16 @@ def wait_until(ready: Callable[[], bool], *, proc: subprocess.Popen[str] | None 
             return True
         time.sleep(poll_s)
     return ready() if proc is None else False
+
+
+def photo_pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A photo-like RGB image: uint8 [H, W, 3], CPU, a function of ``seed``."""
+    return photo_like(height, width, np.random.default_rng(seed))
+
+
+def photo_jpeg(height: int, width: int, *, seed: int = 0, mode: str = "RGB", quality: int = 90,
+               **options: object) -> bytes:
+    """``photo_pixels(height, width, seed)`` as a JPEG (converted to ``mode`` first), with Pillow's ``options``."""
+    buffer = io.BytesIO()
+    Image.fromarray(photo_pixels(height, width, seed)).convert(mode).save(buffer, "JPEG", quality=quality, **options)
+    return buffer.getvalue()

@@ -22,6 +22,7 @@ import pyarrow as pa
 from dataprep.clean.options import TABLE_TYPES, TableOptions
 from dataprep.errors import UsageError
 from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.names import without_codec
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 from dataprep.inputs.tables import RESERVED_COLUMNS, parsed_row
 
@@ -201,7 +202,7 @@ def clean_row(raw: RawRecord, schema: Mapping[str, str], opts: TableOptions) -> 
         except (ValueError, ArithmeticError):
             detail = f"column {column!r}: expected {type_name}, got {_show(cell)}"
             return Reject(raw.source, RejectReason.WRONG_TYPE, detail, raw.row)
-    fields["__source__"] = raw.source
+    fields["__source__"] = without_codec(raw.source)  # part-0.jsonl.gz holds part-0.jsonl
     fields["__row__"] = raw.row
     return CleanRecord(raw.key, raw.source, fields)
 

@@ -12,6 +12,7 @@ from typing import Literal, cast
 from dataprep.clean.options import TextOptions
 from dataprep.inputs.tables import RowError, parsed_row
 from dataprep.formats.samples import CleanRecord
+from dataprep.inputs.names import without_codec
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 TEXT_DIGEST_BYTES = 16
@@ -75,7 +76,8 @@ def _text_record(raw: RawRecord, text: str, opts: TextOptions, empty_detail: str
     if not text.strip():
         return Reject(raw.source, RejectReason.EMPTY_TEXT, empty_detail, raw.row)
     text = unicodedata.normalize(cast(NormalForm, opts.normalize), text)
-    return CleanRecord(raw.key, raw.source, {"text": text, "__source__": raw.source, "__row__": raw.row})
+    fields: dict[str, object] = {"text": text, "__source__": without_codec(raw.source), "__row__": raw.row}
+    return CleanRecord(raw.key, raw.source, fields)
 
 
 def text_digest(record: CleanRecord) -> bytes:

@@ -17,6 +17,7 @@ from dataprep.engines.progress import ProgressLine
 from dataprep.errors import UsageError
 from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
 from dataprep.inputs.detection import Layout
+from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.text import TextUnit
 
 Group = Any  # an argparse parser or argument group: both have add_argument
@@ -71,6 +72,9 @@ def _add_tables_and_text(g: Group) -> None:
     g.add_argument("--required", help="comma-separated required columns (default: all schema columns)")
     g.add_argument("--dedup-on", help="drop table rows whose value in this column repeats")
     g.add_argument("--text-unit", choices=[str(x) for x in TextUnit], default="file")
+    g.add_argument("--max-record-bytes", type=byte_size, default=f"{DEFAULT_MAX_RECORD_BYTES // 2**20}MiB",
+                   help="the longest line, row or text file read, after decompression; a longer one is a "
+                        "record_too_long reject, skipped without being held (default 64MiB)")
 
 
 def _add_tokens(g: Group) -> None:
@@ -153,7 +157,8 @@ def config_from_args(args: argparse.Namespace) -> ShardConfig:
         seed=args.seed, shuffle=not args.no_shuffle, image=image, table=table, text=text, tokens=tokens,
         workers=args.workers,
         follow_symlinks=args.follow_symlinks, overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction,
-        allow_empty=args.allow_empty, range_bytes=args.range_size, engine=Engine(args.engine), address=args.address,
+        allow_empty=args.allow_empty, range_bytes=args.range_size, max_record_bytes=args.max_record_bytes,
+        engine=Engine(args.engine), address=args.address,
         staging=args.staging, remote_timeout_s=args.remote_timeout,
     )
 

@@ -12,6 +12,7 @@ from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.errors import UsageError
 from dataprep.formats.parquet.writer import DEFAULT_ROW_GROUP_BYTES
 from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
+from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.sources import Layout
 from dataprep.output.staging import run_staging
 from dataprep.tokenize.tokenizer import BYTES_SPEC, Tokenizer
@@ -107,6 +108,8 @@ class ShardConfig:
     ``engine``, ``address``: where ranges run (``dataprep.commands.shard.make_engine``); ``address`` is Ray's
     (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
     ``tokens``: token output (``TokenOptions``); with a tokenizer the format is ``tokens``.
+    ``max_record_bytes``: the longest line, row or text file read (bytes, after decompression); a longer
+    one is a ``record_too_long`` reject, skipped without being held whole.
 
     Object storage (issue 22): ``out`` or ``raw`` given as a store URL (``s3://``, ``gs://``,
     ``az://``) is kept in ``out_url`` / ``raw_url``, and ``out`` / ``raw`` become this machine's
@@ -136,6 +139,7 @@ class ShardConfig:
     max_reject_fraction: float | None = None
     allow_empty: bool = False
     range_bytes: int | None = None
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     engine: Engine = Engine.LOCAL
     address: str | None = None
     staging: Path | None = None
@@ -158,7 +162,7 @@ class ShardConfig:
         for name in ("max_shard_bytes", "max_samples_per_shard"):
             require_int(name, getattr(self, name), minimum=1, optional=True, expected="a positive int",
                         error=UsageError)
-        for name in ("row_group_bytes", "workers"):
+        for name in ("row_group_bytes", "workers", "max_record_bytes"):
             require_int(name, getattr(self, name), minimum=1, error=UsageError)
         require_int("range_bytes", self.range_bytes, minimum=1, optional=True, error=UsageError)
         if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
@@ -234,6 +238,7 @@ class ShardConfig:
             "max_samples_per_shard": self.max_samples_per_shard,
             "row_group_bytes": self.row_group_bytes,
             "range_bytes": self.range_bytes,
+            "max_record_bytes": self.max_record_bytes,
             "prefix": self.prefix,
             "seed": self.seed,
             "shuffle": self.shuffle,

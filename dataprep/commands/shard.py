@@ -40,7 +40,8 @@ from dataprep.inputs.sources import LayoutChoice, choose_layout
 from dataprep.output.store import OutputStore
 from dataprep.plan.checkpoint import Checkpoint, save_checkpoint, state_dir
 from dataprep.plan.outdir import OutputState
-from dataprep.plan.run_plan import RunPlan, make_run_plan, plan_names
+from dataprep.plan.plan_build import make_run_plan
+from dataprep.plan.run_plan import RunPlan, plan_names
 from dataprep.tokenize.tokenizer import Tokenizer, load_tokenizer
 
 

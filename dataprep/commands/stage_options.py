@@ -24,9 +24,10 @@ from dataprep.tokenize.tokenizer import Tokenizer
 
 
 def raw_source(config: ShardConfig) -> RawSource:
-    """RAW of the run: its folder (a remote RAW's mirror), URL, symlink policy; OUT is never read as input."""
+    """RAW of the run: its folder (a remote RAW's mirror), URL, symlink policy, the longest record read; OUT is never
+    read as input."""
     return RawSource(root=config.raw, url=config.raw_url, follow_symlinks=config.follow_symlinks, exclude=config.out,
-                     timeout_s=config.remote_timeout_s)
+                     timeout_s=config.remote_timeout_s, max_record_bytes=config.max_record_bytes)
 
 
 def out_target(config: ShardConfig) -> OutTarget:
@@ -47,9 +48,9 @@ def reject_budget(config: ShardConfig) -> RejectBudget:
 
 
 def layout_handler(config: ShardConfig, plan: RunPlan, output_format: str) -> LayoutHandler:
-    """The handler of the plan's layout, with the cleaning options of the run."""
+    """The handler of the plan's layout, with the cleaning options of the run and the longest record read."""
     return make_handler(plan, config.image, config.table, config.text, output_format,
-                        text_column=config.tokens.column)
+                        text_column=config.tokens.column, max_record_bytes=config.max_record_bytes)
 
 
 def run_spec(config: ShardConfig, handler: LayoutHandler, output_format: str, fingerprint: dict[str, Any],

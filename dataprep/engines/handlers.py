@@ -31,6 +31,7 @@ from dataprep.clean.images import clean_image
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
 from dataprep.clean.tables import arrow_schema, clean_row, dedup_digest
 from dataprep.clean.text import clean_table_text, clean_text, text_digest
+from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.tables import iter_table_rows
 from dataprep.inputs.text import iter_text_records
 from dataprep.formats.manifest import FORMAT_TOKENS, FORMAT_WDS
@@ -186,15 +187,19 @@ def _parquet_row(record: CleanRecord) -> CleanRecord | Reject:
 
 @dataclass(frozen=True)
 class TableHandler:
-    """table: rows of file parts, coerced to the plan's schema; duplicates by ``--dedup-on``."""
+    """table: rows of file parts, coerced to the plan's schema; duplicates by ``--dedup-on``.
+
+    max_record_bytes: the longest row read (``--max-record-bytes``), here and in the other file layouts.
+    """
 
     is_media: ClassVar[bool] = False
 
     schema: dict[str, str]
     options: TableOptions
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
-        return _table_records(unit)
+        return _table_records(unit, self.max_record_bytes)
 
     def clean(self, raw: RawRecord) -> Result:
         return clean_row(raw, self.schema, self.options)
@@ -218,13 +223,15 @@ class TextHandler:
     is_media: ClassVar[bool] = False
 
     options: TextOptions
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
         if not isinstance(unit, FilePart):
             yield unit
             return
         yield from iter_text_records(Path(unit.path), unit.source, self.options.unit, key_stem=unit.key,
-                                     start=unit.start, end=unit.end, first_row=unit.first_row)
+                                     start=unit.start, end=unit.end, first_row=unit.first_row,
+                                     max_record_bytes=self.max_record_bytes)
 
     def clean(self, raw: RawRecord) -> Result:
         return clean_text(raw, self.options)
@@ -246,32 +253,34 @@ class TableTextHandler(TextHandler):
     column: str = "text"
 
     def records(self, unit: Unit) -> Iterator[RawRecord | Reject]:
-        return _table_records(unit)
+        return _table_records(unit, self.max_record_bytes)
 
     def clean(self, raw: RawRecord) -> Result:
         return clean_table_text(raw, self.column, self.options)
 
 
-def _table_records(unit: Unit) -> Iterator[RawRecord | Reject]:
+def _table_records(unit: Unit, max_record_bytes: int) -> Iterator[RawRecord | Reject]:
     """The rows of a table file part (a Reject unit yields itself)."""
     if not isinstance(unit, FilePart):
         yield unit
         return
     yield from iter_table_rows(Path(unit.path), unit.source, key_stem=unit.key, start=unit.start, end=unit.end,
-                               first_row=unit.first_row)
+                               first_row=unit.first_row, max_record_bytes=max_record_bytes)
 
 
 def make_handler(plan: RunPlan, image: ImageOptions, table: TableOptions, text: TextOptions,
-                 output_format: str, *, text_column: str = "text") -> LayoutHandler:
+                 output_format: str, *, text_column: str = "text",
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> LayoutHandler:
     """The handler of the plan's layout (built once per run, or once per range task).
 
-    ``text_column``: the column of a table that token output (``FORMAT_TOKENS``) tokenizes.
+    ``text_column``: the column of a table that token output (``FORMAT_TOKENS``) tokenizes;
+    ``max_record_bytes``: the longest line, row or text file read (tables and text).
     """
     layout = plan.layout
     if layout is Layout.TABLE:
         if output_format == FORMAT_TOKENS:
-            return TableTextHandler(options=text, column=text_column)
-        return TableHandler(plan.info.table_schema or {}, table)
+            return TableTextHandler(options=text, column=text_column, max_record_bytes=max_record_bytes)
+        return TableHandler(plan.info.table_schema or {}, table, max_record_bytes)
     if layout is Layout.TEXT:
-        return TextHandler(text)
+        return TextHandler(text, max_record_bytes)
     return MediaHandler(image, plan.info.label_map, output_format)

@@ -21,6 +21,10 @@ RAW is refused with a ``UsageError`` naming the ``--layout`` values that would s
 
 A RAW that is one file: a table extension is ``table``, a text extension ``text``;
 anything else is refused (an image, a ``.log``: pass ``--layout text`` to read it as text).
+
+Tables and text may be compressed: ``part-0.jsonl.gz`` counts as a ``.jsonl`` table, ``a.txt.zst`` as
+text (``names.data_extension``; codecs in ``names.COMPRESSION_EXTENSIONS``). A ``.json`` file is a table
+(JSON lines) where no image is; beside images it is a sample's metadata, never loose data.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from pathlib import Path
 
 from dataprep.errors import UsageError
 from dataprep.inputs.records import Reject
-from dataprep.inputs.names import (DOC_STEMS, IMAGE_EXTENSIONS, TABLE_EXTENSIONS, TEXT_EXTENSIONS, extension,
-                                   field_problem, first_dot_stem, is_hidden, last_dot_stem, printable)
+from dataprep.inputs.names import (COMPRESSION_EXTENSIONS, DOC_STEMS, IMAGE_EXTENSIONS, TABLE_EXTENSIONS,
+                                   TEXT_EXTENSIONS, codec_of, data_extension, extension, field_problem, first_dot_stem,
+                                   is_hidden, last_dot_stem, printable)
 from dataprep.inputs.walk import FileGroup, group_files, walk_files
 
 
@@ -102,10 +107,10 @@ def choose_layout(raw: Path, requested: Layout | None, *, follow_symlinks: bool 
 
 
 def _choose_for_file(raw: Path, requested: Layout | None) -> LayoutChoice:
-    ext = extension(raw.name)
-    kind = ("table" if ext in TABLE_EXTENSIONS else "text" if ext in TEXT_EXTENSIONS
+    ext, data_ext = extension(raw.name), data_extension(raw.name)
+    kind = ("table" if data_ext in TABLE_EXTENSIONS else "text" if data_ext in TEXT_EXTENSIONS
             else "image" if ext in IMAGE_EXTENSIONS else None)
-    shown = f"'.{ext}'" if ext else "extension-less"
+    shown = f"'.{_kind_name(raw.name)}'" if ext else "extension-less"
     if requested is not None and requested.is_media:
         raise UsageError(f"{raw}: --layout {requested} needs a directory of images, not one file")
     if kind == "image":
@@ -120,11 +125,20 @@ def _choose_for_file(raw: Path, requested: Layout | None) -> LayoutChoice:
         how = "as requested (--layout table)" if requested else f"RAW is one {shown} file"
         return LayoutChoice(Layout.TABLE, f"table: {how}")
     raise UsageError(f"{raw}: a {shown} file is neither a table ({_listed(TABLE_EXTENSIONS)}) nor text "
-                     f"({_listed(TEXT_EXTENSIONS)}); pass --layout text to read it as text")
+                     f"({_listed(TEXT_EXTENSIONS)}; {_COMPRESSED}); pass --layout text to read it as text")
 
 
 def _listed(extensions: frozenset[str]) -> str:
     return ", ".join(f".{e}" for e in sorted(extensions))
+
+
+def _kind_name(name: str) -> str:
+    """What a census counts a file as: its data extension, with its codec's when compressed ('jsonl.gz')."""
+    data_ext = data_extension(name)
+    return f"{data_ext}.{extension(name)}" if codec_of(name) is not None and data_ext else extension(name)
+
+
+_COMPRESSED = f"each also compressed: {', '.join(f'.{e}' for e in COMPRESSION_EXTENSIONS)}"
 
 
 def _plural(n: int, word: str) -> str:
@@ -215,19 +229,19 @@ class _Census:
                 self.grouped_strays.add(rel)
             if depth == 0 or last_dot_stem(name) not in image_stems or field_problem(ext) is not None:
                 self.strays.add(rel)
-                self.loose_data += (ext in TABLE_EXTENSIONS or ext in TEXT_EXTENSIONS) and not _is_doc(name)
+                self.loose_data += _is_loose_data(name)
 
     def _count_kind(self, rel: str, name: str, ext: str, depth: int) -> None:
-        hidden = is_hidden(name)
-        if ext in TABLE_EXTENSIONS and not hidden:
-            self.tables[ext] += 1
+        hidden, data_ext = is_hidden(name), data_extension(name)
+        if data_ext in TABLE_EXTENSIONS and not hidden:
+            self.tables[_kind_name(name)] += 1
         else:
             self.table_strays.add(rel)
-        if ext in TEXT_EXTENSIONS and not hidden:
+        if data_ext in TEXT_EXTENSIONS and not hidden:
             if _is_doc(name):
                 self.doc_texts += 1
             else:
-                self.texts[ext] += 1
+                self.texts[_kind_name(name)] += 1
         else:
             self.text_strays.add(rel)
         if hidden:
@@ -259,7 +273,7 @@ class _Census:
         raise UsageError(
             f"{raw}: no images, tables or text among its {_plural(self.files, 'file')} (e.g. {self.strays.text()}); "
             f"dataprep reads images ({_listed(IMAGE_EXTENSIONS)}), tables ({_listed(TABLE_EXTENSIONS)}) "
-            f"and text ({_listed(TEXT_EXTENSIONS)})"
+            f"and text ({_listed(TEXT_EXTENSIONS)}); tables and text {_COMPRESSED}"
         )
 
     def _detect_media(self, raw: Path) -> LayoutChoice:
@@ -335,6 +349,13 @@ def _first_dot_group(name: str) -> str:
 
 def _is_doc(name: str) -> bool:
     return first_dot_stem(name).lower() in DOC_STEMS
+
+
+def _is_loose_data(name: str) -> bool:
+    """A table or text file (compressed too) that is no doc; a plain ``.json`` is metadata beside images."""
+    data_ext = data_extension(name)
+    is_data = data_ext in TABLE_EXTENSIONS or data_ext in TEXT_EXTENSIONS
+    return is_data and extension(name) != "json" and not _is_doc(name)
 
 
 def _exts(counts: Counter[str]) -> str:

@@ -9,10 +9,16 @@ import os
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif"})
 
 
-TABLE_EXTENSIONS = frozenset({"csv", "tsv", "jsonl", "ndjson", "parquet"})  # dataprep.inputs.tables reads each
+# dataprep.inputs.tables reads each; "json" is JSON lines (the C4 / Dolma convention; one JSON array is refused)
+TABLE_EXTENSIONS = frozenset({"csv", "tsv", "jsonl", "ndjson", "json", "parquet"})
 
 
 TEXT_EXTENSIONS = frozenset({"txt", "text", "md"})
+
+
+# The last extension of a compressed file -> its codec (``dataprep.inputs.compressed`` reads each as a stream):
+# ``part-0.jsonl.gz`` is a JSON-lines table compressed with gzip.
+COMPRESSION_EXTENSIONS: dict[str, str] = {"gz": "gzip", "zst": "zstd", "bz2": "bzip2", "xz": "xz"}
 
 
 # Names (up to the first dot, lower case) of files that document a dataset rather than hold
@@ -25,6 +31,21 @@ def extension(name: str) -> str:
     """Lower-case extension after the last dot of a file name ('' when none; a leading dot starts no extension)."""
     base = name.rsplit("/", 1)[-1]
     return base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
+
+
+def codec_of(name: str) -> str | None:
+    """The codec of a compressed file's name ('gzip', 'zstd', 'bzip2', 'xz': ``COMPRESSION_EXTENSIONS``), else None."""
+    return COMPRESSION_EXTENSIONS.get(extension(name))
+
+
+def without_codec(name: str) -> str:
+    """The name without its compression extension: 'a/part-0.jsonl.gz' -> 'a/part-0.jsonl'; others unchanged."""
+    return name.rpartition(".")[0] if codec_of(name) is not None else name
+
+
+def data_extension(name: str) -> str:
+    """The extension of what a file holds, its compression aside: 'part-0.jsonl.GZ' -> 'jsonl', 'a.txt' -> 'txt'."""
+    return extension(without_codec(name))
 
 
 def is_hidden(name: str) -> bool:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from dataprep.errors import UsageError
 from dataprep.formats.durable import unique_tmp_path_for
+from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.listing import Entry, list_raw
 from dataprep.inputs.records import FilePart, RawRecord, Unit
 
@@ -45,7 +46,9 @@ class RawSource:
 
     url: RAW's store URL (None: RAW is the folder ``root``); follow_symlinks: the walk's symlink
     policy; exclude: a folder never read as input (OUT, when it lies inside RAW); timeout_s: a
-    store request without progress this long fails the run, naming the URL.
+    store request without progress this long fails the run, naming the URL; max_record_bytes: the
+    longest record (line, row, text file) read, in bytes (``--max-record-bytes``; longer ones are
+    ``record_too_long`` rejects, never held whole).
     """
 
     root: Path
@@ -53,6 +56,7 @@ class RawSource:
     follow_symlinks: bool = False
     exclude: Path | None = None
     timeout_s: float = 60.0
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     @property
     def name(self) -> str:

@@ -36,6 +36,9 @@ class RejectReason(enum.StrEnum):
     NO_MEDIA = "no_media"              # grouped files with no image in the group
     UNSUPPORTED = "unsupported"        # a file the layout has no use for (e.g. a README among tables)
     WORKER_CRASH = "worker_crash"      # cleaning it killed the worker process (a decoder crash)
+    RECORD_TOO_LONG = "record_too_long"  # a line, row or text file over --max-record-bytes (skipped, never held)
+    CORRUPT_COMPRESSED = "corrupt_compressed"  # a compressed file truncated or corrupt: one per file, naming the
+    # compressed byte offset and the records read before it (those are kept or rejected on their own)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from dataprep.inputs.detection import Layout, LayoutChoice, choose_layout, sample_stem
 from dataprep.inputs.names import (IMAGE_EXTENSIONS, TABLE_EXTENSIONS, TEXT_EXTENSIONS, extension, field_problem,
@@ -42,6 +43,7 @@ from dataprep.inputs.walk import FileGroup, RawFile, group_files, walk_files
 __all__ = [
     "IMAGE_EXTENSIONS",
     "KeyAssigner",
+    "KeySet",
     "Layout",
     "LayoutChoice",
     "MAX_KEY_BYTES",
@@ -51,6 +53,7 @@ __all__ = [
     "choose_layout",
     "detect_layout",
     "extension",
+    "group_records",
     "media_records",
     "safe_key",
     "walk_files",
@@ -78,25 +81,47 @@ def safe_key(stem: str) -> str:
     return key
 
 
-class KeyAssigner:
-    """Makes keys unique within a run, deterministically (inputs arrive in a fixed order).
+class KeySet(Protocol):
+    """The keys taken so far in a run: ``claim`` takes a key if it is free."""
 
-    A key already taken gets a hash of the stem; if even that is taken (the same stem
-    assigned twice), a counter: two calls never return the same key.
-    """
+    def claim(self, key: str) -> bool:
+        """Take ``key`` and return True if no earlier claim took it, else return False (and take nothing)."""
+        ...
+
+
+class _KeysInMemory:
+    """A ``KeySet`` in a Python set (~100 bytes per key); planning keeps one on disk (``plan.unique_keys``)."""
 
     def __init__(self) -> None:
         self._used: set[str] = set()
 
+    def claim(self, key: str) -> bool:
+        if key in self._used:
+            return False
+        self._used.add(key)
+        return True
+
+
+class KeyAssigner:
+    """Makes keys unique within a run, deterministically (inputs arrive in a fixed order).
+
+    A key already taken gets a hash of the stem; if even that is taken (the same stem
+    assigned twice), a counter: two calls never return the same key. ``used``: where the
+    keys taken are kept (a set in memory when None).
+    """
+
+    def __init__(self, used: KeySet | None = None) -> None:
+        self._used = used if used is not None else _KeysInMemory()
+
     def assign(self, stem: str) -> str:
         key = safe_key(stem)
-        if key in self._used:
-            base = f"{key}-{hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]}"
-            key, n = base, 1
-            while key in self._used:
-                n += 1
-                key = f"{base}-{n}"
-        self._used.add(key)
+        if self._used.claim(key):
+            return key
+        base = f"{key}-{hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]}"
+        key, n = base, 1
+        while not self._used.claim(key):
+            n += 1
+            key = f"{base}-{n}"
         return key
 
 
@@ -106,10 +131,13 @@ def media_records(raw: Path, layout: Layout, *, follow_symlinks: bool = False) -
     Order: deterministic (the walk's, group by group; see ``dataprep.inputs.walk.group_files``).
     Every file walked is in exactly one record's ``files`` or is one Reject's ``source``.
     """
-    keys = KeyAssigner()
+    return group_records(walk_files(raw, follow_symlinks=follow_symlinks), layout, KeyAssigner())
+
+
+def group_records(items: Iterable[RawFile | Reject], layout: Layout, keys: KeyAssigner) -> Iterator[RawRecord | Reject]:
+    """``media_records`` of walked ``items`` (``walk_files``' order), with keys from ``keys``."""
     grouped = layout is Layout.GROUPED
-    walk = walk_files(raw, follow_symlinks=follow_symlinks)
-    for item in group_files(walk, lambda name: sample_stem(name, layout)):
+    for item in group_files(items, lambda name: sample_stem(name, layout)):
         if isinstance(item, Reject):
             yield item
         elif grouped:

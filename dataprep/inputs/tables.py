@@ -6,6 +6,12 @@ cleaning (``dataprep.clean.tables.clean_row``) turns into a ``Reject`` naming th
 Invalid UTF-8 is found per row, not per file. CSV has no null but the empty field, so the
 reader maps "" to None.
 
+CSV, TSV and JSON lines may be compressed (``part-0.jsonl.gz``: ``dataprep.inputs.compressed``), and
+``.json`` is read as JSON lines (the C4 / Dolma convention; planning refuses a ``.json`` holding one JSON
+array). A line longer than ``max_record_bytes`` is a ``record_too_long`` row error, skipped without being
+held; a damaged compressed file ends with one ``corrupt_compressed`` error for the file (row None) after the
+rows decoded before the damage (``dataprep.inputs.lines``).
+
 Row numbers are 1-based: for CSV/TSV the data row (the header and blank lines are not
 counted), for JSONL the line number, for Parquet the row's position in the file.
 """
@@ -16,22 +22,28 @@ import csv
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dataprep.errors import UsageError
+from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES, Line, LongLine, StreamDamage, describe_long, read_lines
+from dataprep.inputs.names import codec_of, data_extension, without_codec
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 
 
 # Columns dataprep adds to every row it writes: a table may not have them.
 RESERVED_COLUMNS = frozenset({"__key__", "__source__", "__row__"})
-TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+# A table file's extension (its compression aside) -> how it is read.
+TABLE_KINDS = {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "ndjson": "jsonl", "json": "jsonl", "parquet": "parquet"}
+COMPRESSED_PARQUET = ("a compressed Parquet file cannot be read as a stream (Parquet needs to seek, and its pages "
+                      "are compressed already): decompress it")
 
 
 _PARQUET_BATCH_ROWS = 1024
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,32 +57,45 @@ class RowError:
 Row = tuple[int | None, dict[str, object] | RowError]  # (row number, parsed row or why not)
 
 
+def table_kind(name: str) -> str | None:
+    """'csv', 'tsv', 'jsonl' or 'parquet' for a table file's name, its compression aside ('a.json.gz': 'jsonl')."""
+    return TABLE_KINDS.get(data_extension(name))
+
+
 def source_key_stem(source: str) -> str:
-    """Key prefix of the records of a file: its path without suffix, '.' and '/' replaced by '_'."""
+    """Key prefix of the records of a file: its path without suffix (nor compression), '.' and '/' replaced by '_'."""
+    source = without_codec(source)
     stem = source.rsplit(".", 1)[0] if "." in source.rpartition("/")[2] else source
     return stem.replace("/", "_").replace(".", "_")
 
 
 def iter_table_rows(path: Path, source: str, *, key_stem: str | None = None, start: int = 0,
-                    end: int | None = None, first_row: int = 1) -> Iterator[RawRecord]:
+                    end: int | None = None, first_row: int = 1,
+                    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RawRecord]:
     """One RawRecord per row of a table file; ``value`` is the row (column -> value) or a RowError.
 
     key: f"{key_stem}_{row:08d}" (default stem ``source_key_stem(source)``). A file that
-    cannot be read at all yields one record with row None and a RowError. ``start``,
-    ``end`` (byte offsets at line starts) and ``first_row`` (the line number at ``start``)
-    read a part of a JSONL file; other kinds are read whole.
+    cannot be read at all, or whose compressed data is damaged, yields one record with row
+    None and a RowError (after the rows before the damage). ``start``, ``end`` (byte offsets
+    at line starts) and ``first_row`` (the line number at ``start``) read a part of a plain
+    JSONL file; other kinds are read whole. ``max_record_bytes``: the longest line read.
     """
-    kind = TABLE_SUFFIXES.get(path.suffix.lower())
+    kind = table_kind(path.name)
     if kind is None:
-        raise UsageError(f"{path}: not a table file (suffixes: {', '.join(sorted(TABLE_SUFFIXES))})")
-    readers: dict[str, Callable[[Path], Iterator[Row]]] = {
-        "csv": _csv_rows, "tsv": _tsv_rows, "parquet": _parquet_rows,
-        "jsonl": lambda p: _jsonl_rows(p, start, end, first_row),
+        raise UsageError(f"{path}: not a table file (extensions: {', '.join(sorted(TABLE_KINDS))}, "
+                         "each also compressed)")
+    readers: dict[str, Callable[[], Iterator[Row]]] = {
+        "csv": lambda: _csv_rows(path, ",", max_record_bytes), "tsv": lambda: _csv_rows(path, "\t", max_record_bytes),
+        "parquet": lambda: _parquet_rows(path),
+        "jsonl": lambda: _jsonl_rows(path, start, end, first_row, max_record_bytes),
     }
     stem = key_stem if key_stem is not None else source_key_stem(source)
+    if kind == "parquet" and codec_of(path.name) is not None:
+        yield RawRecord(stem, source, value=RowError(RejectReason.UNSUPPORTED, COMPRESSED_PARQUET))
+        return
     last = 0
     try:
-        for row, value in readers[kind](path):
+        for row, value in readers[kind]():
             last = row or last
             yield RawRecord(f"{stem}_{row:08d}" if row else stem, source, row=row, value=value)
     except OSError as err:
@@ -79,33 +104,77 @@ def iter_table_rows(path: Path, source: str, *, key_stem: str | None = None, sta
         yield RawRecord(stem, source, value=error)
 
 
-def _tsv_rows(path: Path) -> Iterator[Row]:
-    return _csv_rows(path, delimiter="\t")
+def damage_error(damage: StreamDamage, records: int) -> RowError:
+    """The ``corrupt_compressed`` error that ends a damaged file, ``records`` read before the damage."""
+    return RowError(RejectReason.CORRUPT_COMPRESSED, damage.describe(records))
 
 
-def _csv_rows(path: Path, delimiter: str = ",") -> Iterator[Row]:
-    with open(path, "rb") as f:
+def long_line_error(long: LongLine, number: int, max_record_bytes: int) -> RowError:
+    """The ``record_too_long`` error of line ``number``."""
+    return RowError(RejectReason.RECORD_TOO_LONG, f"line {number}: {describe_long(long, max_record_bytes)}")
+
+
+@dataclass(slots=True)
+class _CsvLines:
+    """The lines the csv module reads, as text; what it cannot be shown (a long line, damage) noted aside."""
+
+    long: list[LongLine] = field(default_factory=list)
+    damage: StreamDamage | None = None
+
+    def text(self, lines: Iterator[Line]) -> Iterator[str]:
         # Lines decode one by one; invalid bytes survive as lone surrogates and are
         # reported for the row that holds them, so one bad row does not stop the file.
-        lines = (line.decode("utf-8", "surrogateescape") for line in f)
-        reader = csv.reader(lines, delimiter=delimiter)
-        header = _csv_header(reader)
-        if isinstance(header, RowError):
-            yield None, header
-            return
-        row = 0
-        while True:
-            try:
-                cells = next(reader)
-            except StopIteration:
+        for line in lines:
+            if isinstance(line, StreamDamage):
+                self.damage = line
                 return
-            except csv.Error as err:  # e.g. a field over csv.field_size_limit(); the reader goes on
-                row += 1
-                yield row, RowError(RejectReason.BAD_ROW, f"line {reader.line_num}: {err}")
+            if isinstance(line, LongLine):
+                self.long.append(line)
+                # in its place a line that opens or closes a quoted field as it did: the csv reader stays in
+                # step, and the row that held the line is reported too long
+                yield '"\n' if line.odd_quotes else "\n"
                 continue
-            if cells:  # skip blank lines
-                row += 1
-                yield row, _csv_value(header, cells, reader.line_num)
+            yield line.decode("utf-8", "surrogateescape")
+
+
+def _csv_rows(path: Path, delimiter: str, max_record_bytes: int) -> Iterator[Row]:
+    lines = _CsvLines()
+    reader = csv.reader(lines.text(read_lines(path, max_record_bytes)), delimiter=delimiter)
+    header = _csv_header(reader)
+    if lines.long or lines.damage is not None:
+        header = _csv_header_lost(lines, max_record_bytes)
+    if isinstance(header, RowError):
+        yield None, header
+        return
+    row = 0
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:  # e.g. a field over csv.field_size_limit(); the reader goes on
+            if lines.damage is not None:  # the row the damage cut: not a complete record
+                break
+            row += 1
+            yield row, RowError(RejectReason.BAD_ROW, f"line {reader.line_num}: {err}")
+            continue
+        if lines.long:  # the row held a line too long (a row of its own, or inside a quoted field)
+            row += 1
+            yield row, long_line_error(lines.long[0], reader.line_num, max_record_bytes)
+            lines.long.clear()
+        elif cells:  # skip blank lines
+            row += 1
+            yield row, _csv_value(header, cells, reader.line_num)
+    if lines.damage is not None:
+        yield None, damage_error(lines.damage, row)
+
+
+def _csv_header_lost(lines: _CsvLines, max_record_bytes: int) -> RowError:
+    """Why there is no header: the header line was too long, or the damage came before it ended."""
+    if lines.damage is not None:
+        return damage_error(lines.damage, 0)
+    return RowError(RejectReason.RECORD_TOO_LONG,
+                    f"header line: {describe_long(lines.long[0], max_record_bytes)}; no row can be read without it")
 
 
 def _csv_header(reader: Iterator[list[str]]) -> list[str] | RowError:
@@ -150,18 +219,21 @@ def _invalid_utf8(cells: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def _jsonl_rows(path: Path, start: int = 0, end: int | None = None, first_row: int = 1) -> Iterator[Row]:
-    with open(path, "rb") as f:
-        f.seek(start)
-        offset = start
-        for number, line in enumerate(f, first_row):
-            if end is not None and offset >= end:
-                return
-            offset += len(line)
-            if number == 1:
-                line = line.removeprefix(b"\xef\xbb\xbf")  # UTF-8 byte order mark
-            if line.strip():  # skip blank lines
-                yield number, _jsonl_value(line, number)
+def _jsonl_rows(path: Path, start: int, end: int | None, first_row: int, max_record_bytes: int) -> Iterator[Row]:
+    records = 0
+    for number, line in enumerate(read_lines(path, max_record_bytes, start=start, end=end), first_row):
+        if isinstance(line, StreamDamage):
+            yield None, damage_error(line, records)
+            return
+        if isinstance(line, LongLine):
+            records += 1
+            yield number, long_line_error(line, number, max_record_bytes)
+            continue
+        if number == 1:
+            line = line.removeprefix(_BOM)
+        if line.strip():  # skip blank lines
+            records += 1
+            yield number, _jsonl_value(line, number)
 
 
 def _reject_constant(name: str) -> object:

@@ -17,6 +17,7 @@ OPTION_FLAGS: dict[str, str] = {
     "raw": "RAW", "layout": "--layout", "format": "--format", "max_shard_bytes": "--shard-size",
     "max_samples_per_shard": "--samples-per-shard", "row_group_bytes": "--row-group-size",
     "range_bytes": "--range-size", "prefix": "--prefix", "seed": "--seed", "shuffle": "--no-shuffle",
+    "max_record_bytes": "--max-record-bytes",
     "follow_symlinks": "--follow-symlinks", "image.min_side": "--min-side", "image.max_pixels": "--max-pixels",
     "image.resize_short": "--resize-short", "image.max_side": "--max-side", "image.quality": "--quality",
     "image.reencode_format": "--reencode-format", "table.schema": "--schema", "table.required": "--required",

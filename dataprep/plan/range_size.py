@@ -18,6 +18,8 @@ shards as ranges. Line-based files (JSONL, text by line) are cut into parts of
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
 AUTO_RANGES = 64
@@ -42,16 +44,38 @@ def even_range_starts(unit_bytes: np.ndarray) -> np.ndarray:
     ends at the unit boundary nearest to its share of the bytes; a unit larger than a range
     makes its range larger (and the plan has fewer ranges). An empty plan has one empty range.
     """
-    count = len(unit_bytes)
+    return even_range_starts_of_chunks(lambda: iter((unit_bytes,)))
+
+
+def even_range_starts_of_chunks(chunks: Callable[[], Iterable[np.ndarray]]) -> np.ndarray:
+    """``even_range_starts`` over unit sizes read in chunks, twice (``chunks()`` starts a pass).
+
+    Holds one chunk and one int64 per range: a plan of 10^8 units is split without its sizes
+    in memory. The first pass sums the bytes; the second finds each range's end.
+    """
+    total, count = 0, 0
+    for chunk in chunks():
+        total += int(np.maximum(chunk, 1).sum(dtype=np.int64))
+        count += len(chunk)
     if count == 0:
         return np.zeros(2, dtype=np.int64)
-    ends = np.cumsum(np.maximum(unit_bytes.astype(np.int64), 1))
-    ranges = auto_range_count(int(ends[-1]))
-    targets = ends[-1] * np.arange(1, ranges, dtype=np.float64) / ranges
-    after = np.searchsorted(ends, targets)  # the first unit whose end reaches the target
-    before = np.maximum(after - 1, 0)
-    nearer = np.where(np.abs(ends[before] - targets) <= np.abs(ends[after] - targets), before, after)
-    starts = np.unique(np.clip(nearer + 1, 1, count - 1)) if count > 1 else np.zeros(0, dtype=np.int64)
+    ranges = auto_range_count(total)
+    targets = total * np.arange(1, ranges, dtype=np.float64) / ranges
+    nearest: list[np.ndarray] = []
+    done, first, previous_end = 0, 0, 0  # targets placed, the chunk's first position, the end before it
+    for chunk in chunks():
+        if not len(chunk):
+            continue
+        ends = previous_end + np.cumsum(np.maximum(chunk.astype(np.int64), 1))
+        here = int(np.searchsorted(targets, ends[-1], side="right"))  # targets that end in this chunk
+        wanted = targets[done:here]
+        after = np.searchsorted(ends, wanted)  # the first unit whose end reaches the target
+        before_end = np.where(after > 0, ends[np.maximum(after - 1, 0)], previous_end)
+        closer_before = np.abs(before_end - wanted) <= np.abs(ends[after] - wanted)
+        nearest.append(first + np.where(closer_before, after - 1, after))
+        done, first, previous_end = here, first + len(chunk), int(ends[-1])
+    inner = np.concatenate(nearest) + 1 if nearest else np.zeros(0, dtype=np.int64)
+    starts = np.unique(np.clip(inner, 1, count - 1)) if count > 1 else np.zeros(0, dtype=np.int64)
     return np.concatenate([[0], starts, [count]]).astype(np.int64)
 
 

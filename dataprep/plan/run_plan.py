@@ -5,14 +5,16 @@ resume, or one node of a multi-node run) reads it instead of looking at RAW agai
 Files of ``OUT/.dataprep/`` (``plan.json`` is written last: its presence means the
 plan is complete)::
 
-    plan.json          RunPlanInfo: layout and why, the options, RAW's listing digest, counts
-    units.bin          the units, one pickled object each, in sorted order
-    units.offsets.npy  int64 [N + 1] byte ranges of the units in units.bin
-    order.npy          int64 [N] output order: position p is unit order[p]
-    bytes.npy          int64 [N] input bytes of the unit at each position (what ranges balance)
-    ranges.npy         int64 [R + 1] first position of each range, then N
-    replaced.pkl       {unit index: Reject} for media duplicates found after spilling
-    listing.bin        RAW's listing (``dataprep.inputs.listing``)
+    plan.json              RunPlanInfo: layout and why, the options, RAW's listing digest, counts
+    units.bin              the units, one pickled object each, in sorted order
+    units.offsets.npy      int64 [N + 1] byte ranges of the units in units.bin
+    order.npy              int64 [N] output order: position p is unit order[p]
+    bytes.npy              int64 [N] input bytes of the unit at each position (what ranges balance)
+    ranges.npy             int64 [R + 1] first position of each range, then N
+    replaced.bin           the units that replace others (media duplicates' Rejects), pickled
+    replaced.offsets.npy   int64 [M + 1] their byte ranges in replaced.bin
+    replaced.index.npy     int64 [M] the unit index each replaces, ascending
+    listing.bin            RAW's listing (``dataprep.inputs.listing``)
 
 Units by layout:
 
@@ -27,7 +29,11 @@ A *range* is a run of consecutive positions holding about ``range_bytes`` of inp
 range is written on its own (its shards are numbered within the range, nothing carries
 over from the range before), so its output depends only on the plan and the range: the
 unit of work a multi-node run hands out. Memory: the arrays are memory-mapped (~30 bytes
-per unit on disk, paged in as read); the units themselves stay on disk.
+per unit on disk, paged in as read); the units themselves stay on disk. The plan is built
+by ``dataprep.plan.plan_build`` (``make_run_plan``) in bounded memory.
+
+Version 2 (this one) keeps the replaced units on disk (version 1: ``replaced.pkl``, a dict);
+a plan of another version is refused, and the run is to be started again with --overwrite.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import json
 import os
 import pickle
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,27 +50,27 @@ from typing import Any
 import numpy as np
 
 from dataprep.clean.options import TableOptions
-from dataprep.inputs.text import TextUnit
 from dataprep.errors import FormatError
-from dataprep.formats.durable import atomic_write_bytes
-from dataprep.inputs.listing import LISTING_NAME, excluded_by, write_listing
+from dataprep.inputs.listing import LISTING_NAME
 from dataprep.inputs.raw_source import RawSource
-from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
-from dataprep.plan.duplicates import find_duplicates, media_bytes
-from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
-from dataprep.plan.range_size import even_range_starts, part_bytes_for
+from dataprep.inputs.records import Unit
+from dataprep.inputs.sources import Layout
+from dataprep.inputs.text import TextUnit
 from dataprep.output.store import STATE_DIR
-from dataprep.inputs.sources import Layout, LayoutChoice, media_records
+from dataprep.plan.range_size import even_range_starts
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 PLAN_NAME = "plan.json"
 UNITS_NAME = "units.bin"
 OFFSETS_NAME = "units.offsets.npy"
 ORDER_NAME = "order.npy"
 BYTES_NAME = "bytes.npy"
 RANGES_NAME = "ranges.npy"
-REPLACED_NAME = "replaced.pkl"
-PLAN_FILES = (PLAN_NAME, UNITS_NAME, OFFSETS_NAME, ORDER_NAME, BYTES_NAME, RANGES_NAME, REPLACED_NAME, LISTING_NAME)
+REPLACED_NAME = "replaced.bin"
+REPLACED_OFFSETS_NAME = "replaced.offsets.npy"
+REPLACED_INDEX_NAME = "replaced.index.npy"
+PLAN_FILES = (PLAN_NAME, UNITS_NAME, OFFSETS_NAME, ORDER_NAME, BYTES_NAME, RANGES_NAME, REPLACED_NAME,
+              REPLACED_OFFSETS_NAME, REPLACED_INDEX_NAME, LISTING_NAME)
 
 
 LabelMap = dict[str, int] | None  # class name -> label (image-folder), else None
@@ -93,11 +99,15 @@ class RunPlanInfo:
     def from_path(cls, path: Path) -> RunPlanInfo:
         try:
             doc = json.loads(path.read_bytes())
-            if doc.get("version") != PLAN_VERSION:
-                raise FormatError(f"{path}: plan version {doc.get('version')!r} not supported (expected "
-                                  f"{PLAN_VERSION})")
+        except (OSError, ValueError) as err:
+            raise FormatError(f"{path}: unreadable plan ({err!r}); rerun with --overwrite to plan again") from err
+        if not isinstance(doc, dict) or doc.get("version") != PLAN_VERSION:
+            got = doc.get("version") if isinstance(doc, dict) else None
+            raise FormatError(f"{path}: plan version {got!r} not supported (expected {PLAN_VERSION}): it was made by "
+                              "another version of dataprep; rerun with --overwrite to plan again")
+        try:
             return cls(**doc)
-        except (OSError, ValueError, TypeError) as err:
+        except TypeError as err:
             raise FormatError(f"{path}: unreadable plan ({err!r}); rerun with --overwrite to plan again") from err
 
 
@@ -105,7 +115,8 @@ class RunPlan:
     """A run plan read back from its folder: units by position, and the ranges.
 
     offsets: int64 [N + 1]; order: int64 [N]; unit_bytes: int64 [N] by position;
-    range_starts: int64 [R + 1]; replaced: unit index -> Reject.
+    range_starts: int64 [R + 1]; replaced_index: int64 [M], the unit indices whose unit is
+    read from ``replaced.bin`` instead (media duplicates' rejects). All memory-mapped.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -117,10 +128,12 @@ class RunPlan:
             self.order = np.load(directory / ORDER_NAME, mmap_mode="r")
             self.unit_bytes = np.load(directory / BYTES_NAME, mmap_mode="r")
             self.range_starts = np.load(directory / RANGES_NAME, mmap_mode="r")
-            self.replaced: dict[int, Reject] = pickle.loads((directory / REPLACED_NAME).read_bytes())
-        except (OSError, ValueError, pickle.UnpicklingError) as err:
+            self.replaced_index = np.load(directory / REPLACED_INDEX_NAME, mmap_mode="r")
+            self.replaced_offsets = np.load(directory / REPLACED_OFFSETS_NAME, mmap_mode="r")
+        except (OSError, ValueError) as err:
             raise FormatError(f"{directory}: damaged plan ({err!r}); rerun with --overwrite to plan again") from err
-        if len(self.order) != self.info.num_units or len(self.range_starts) != self.info.num_ranges + 1:
+        if (len(self.order) != self.info.num_units or len(self.range_starts) != self.info.num_ranges + 1
+                or len(self.replaced_offsets) != len(self.replaced_index) + 1):
             raise FormatError(f"{directory}: plan arrays do not match {PLAN_NAME}; rerun with --overwrite to plan "
                               "again")
 
@@ -144,30 +157,32 @@ class RunPlan:
         return int(np.searchsorted(self.range_starts, position,
                                    side="right")) - 1 if position < len(self) else self.num_ranges
 
-    def load(self, index: int, fd: int) -> Unit:
-        """The unit with sorted index ``index``."""
-        if index in self.replaced:
-            return self.replaced[index]
+    def _load(self, index: int, fds: tuple[int, int]) -> Unit:
+        """The unit with sorted index ``index``; fds: open units.bin and replaced.bin."""
+        replaced = self.replaced_index
+        if len(replaced):
+            k = int(np.searchsorted(replaced, index))
+            if k < len(replaced) and int(replaced[k]) == index:
+                start, end = int(self.replaced_offsets[k]), int(self.replaced_offsets[k + 1])
+                unit: Unit = pickle.loads(os.pread(fds[1], end - start, start))
+                return unit
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        unit: Unit = pickle.loads(os.pread(fd, end - start, start))
+        unit = pickle.loads(os.pread(fds[0], end - start, start))
         return unit
 
     def at(self, position: int) -> Unit:
         """The unit at ``position`` in output order."""
-        fd = os.open(self.directory / UNITS_NAME, os.O_RDONLY)
-        try:
-            return self.load(int(self.order[position]), fd)
-        finally:
-            os.close(fd)
+        return next(self.units(position, position + 1))
 
     def units(self, start: int, stop: int) -> Iterator[Unit]:
         """Units at positions [start, stop), in order."""
-        fd = os.open(self.directory / UNITS_NAME, os.O_RDONLY)
+        fds = (os.open(self.directory / UNITS_NAME, os.O_RDONLY), os.open(self.directory / REPLACED_NAME, os.O_RDONLY))
         try:
             for index in self.order[start:stop].tolist():
-                yield self.load(index, fd)
+                yield self._load(index, fds)
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
 
 
 def plan_names() -> list[str]:
@@ -198,56 +213,6 @@ class PlanOptions:
     text_column: str | None = None
 
 
-def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path,
-                  fingerprint: dict[str, Any]) -> RunPlan:
-    """Build the plan into ``directory`` (see the module docstring) and read it back.
-
-    ``fingerprint``: the options that shape the output, recorded in ``plan.json``.
-    """
-    raw, layout = options.raw, choice.layout
-    listing_sha256 = write_listing(raw.root, directory / LISTING_NAME, follow_symlinks=raw.follow_symlinks,
-                                   exclude=raw.exclude)
-    skip = excluded_by(raw.root, raw.exclude, follow_symlinks=raw.follow_symlinks)
-    label_map: dict[str, int] | None = None
-    table_schema: dict[str, str] | None = None
-    replaced: dict[int, Reject] = {}
-    if layout.is_media:
-        offsets, sizes, order, replaced, label_map = _plan_media(options, layout, skip, directory / UNITS_NAME)
-    else:
-        units = file_units(raw, layout, options.text_unit, part_bytes_for(options.range_bytes, MAX_PART_BYTES))
-        offsets, sizes, _ = _spill(units, directory / UNITS_NAME, check_label=False)
-        order = np.arange(len(sizes))
-        if layout is Layout.TABLE:
-            table_schema = table_schema_of(options.table, options.text_column, directory / UNITS_NAME, offsets)
-    order = order.astype(np.int64)
-    unit_bytes = np.maximum(sizes[order], 0) if len(sizes) else np.zeros(0, dtype=np.int64)
-    range_starts = split_ranges(unit_bytes, options.range_bytes)
-    np.save(directory / OFFSETS_NAME, offsets)
-    np.save(directory / ORDER_NAME, order)
-    np.save(directory / BYTES_NAME, unit_bytes)
-    np.save(directory / RANGES_NAME, range_starts)
-    atomic_write_bytes(directory / REPLACED_NAME, pickle.dumps(replaced, protocol=pickle.HIGHEST_PROTOCOL))
-    info = RunPlanInfo(layout=str(layout), layout_reason=choice.reason, fingerprint=fingerprint,
-                       listing_sha256=listing_sha256, num_units=len(order), num_ranges=len(range_starts) - 1,
-                       label_map=label_map, table_schema=table_schema)
-    atomic_write_bytes(directory / PLAN_NAME, info.to_bytes())
-    return RunPlan(directory)
-
-
-def _plan_media(options: PlanOptions, layout: Layout, skip: Callable[[str], bool] | None,
-                units_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, Reject], LabelMap]:
-    """Spill the media inputs to ``units_path``: (offsets, sizes, order, duplicates replaced, label map)."""
-    units: Iterable[Unit] = media_records(options.raw.root, layout, follow_symlinks=options.raw.follow_symlinks)
-    if skip is not None:  # dataprep's own output, reached through a symlink, is never an input
-        units = (u for u in units if not skip(u.source))
-    offsets, sizes, labels = _spill(units, units_path, check_label=layout is Layout.IMAGE_FOLDER)
-    label_map = {name: i for i, name in enumerate(sorted(labels))} if layout is Layout.IMAGE_FOLDER else None
-    replaced = find_duplicates(units_path, offsets, sizes)
-    count = len(sizes)
-    order = np.random.default_rng(options.seed).permutation(count) if options.shuffle else np.arange(count)
-    return offsets, sizes, order, replaced, label_map
-
-
 def split_ranges(unit_bytes: np.ndarray, range_bytes: int | None) -> np.ndarray:
     """int64 [R + 1]: range starts over positions; a range closes once it holds ``range_bytes`` or more.
 
@@ -268,21 +233,35 @@ def split_ranges(unit_bytes: np.ndarray, range_bytes: int | None) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-def _spill(units: Iterable[Unit], path: Path, *, check_label: bool) -> tuple[np.ndarray, np.ndarray, set[str]]:
-    """Pickle units to ``path``; returns offsets int64 [N+1], sizes int64 [N] (-1: none), labels."""
-    offsets, sizes = array("q", [0]), array("q")
-    labels: set[str] = set()
-    with open(path, "wb") as f:
-        for unit in units:
-            if check_label and isinstance(unit, RawRecord):
-                if unit.label is None:
-                    unit = Reject(unit.source, RejectReason.BAD_LABEL,
-                                  "file is not inside a class folder (RAW/<class>/<file>)")
-                else:
-                    labels.add(unit.label)
-            sizes.append(unit.size if isinstance(unit, FilePart) else media_bytes(unit))
-            f.write(pickle.dumps(unit, protocol=pickle.HIGHEST_PROTOCOL))
-            offsets.append(f.tell())
-        f.flush()
-        os.fsync(f.fileno())
-    return np.frombuffer(offsets, dtype=np.int64).copy(), np.frombuffer(sizes, dtype=np.int64).copy(), labels
+class RangeSplitter:
+    """``split_ranges`` over unit sizes that arrive in chunks: the same starts, holding one int64 per range.
+
+    ``add`` each chunk of int64 unit sizes in position order, then ``finish``. Vectorized: a
+    cumulative sum per chunk and one binary search per range closed.
+    """
+
+    def __init__(self, range_bytes: int) -> None:
+        self.range_bytes = max(range_bytes, 1)  # split_ranges closes a range at every unit below 1
+        self._starts = array("q", [0])
+        self._count = 0
+        self._total = 0  # bytes of the open range so far
+
+    def add(self, unit_bytes: np.ndarray) -> None:
+        if not len(unit_bytes):
+            return
+        totals = np.cumsum(np.maximum(unit_bytes, 1), dtype=np.int64)
+        base = -self._total  # the open range's bytes through element i: totals[i] - base
+        while True:
+            close = int(np.searchsorted(totals, base + self.range_bytes, side="left"))
+            if close >= len(totals):
+                break
+            self._starts.append(self._count + close + 1)
+            base = int(totals[close])
+        self._total = int(totals[-1]) - base
+        self._count += len(unit_bytes)
+
+    def finish(self) -> np.ndarray:
+        """int64 [R + 1]: what ``split_ranges`` returns for all the sizes added."""
+        if self._starts[-1] != self._count or not self._count:
+            self._starts.append(self._count)
+        return np.frombuffer(self._starts, dtype=np.int64).copy()

@@ -29,7 +29,7 @@ from dataprep.formats.sizes import format_bytes
 from loaders.cache.catalog import CacheEntry, Catalog
 from loaders.cache.config import CacheConfig
 from loaders.cache.cursors import CursorBoard
-from loaders.cache.download import fill, publish
+from loaders.cache.download import download_config, fill, publish
 from loaders.cache.errors import (
     CacheError,
     CacheLimitError,
@@ -99,7 +99,7 @@ class ShardCache:
                      cache_limit: int | str, **options: Any) -> ShardCache:
         """The cache of the dataset at ``url`` (its manifest read now); ``options``: other ``CacheConfig`` fields."""
         config = CacheConfig(cache_dir, cache_limit, **options)
-        store = RemoteStore(url, config.remote)
+        store = RemoteStore(url, download_config(config.remote))  # each chunk on disk as it arrives
         try:
             data = store.read_bytes(MANIFEST_NAME)
         except RemoteError as err:
@@ -157,6 +157,10 @@ class ShardCache:
     def planned_epochs(self) -> frozenset[int]:
         """The epochs this process has planned (and not yet forgotten)."""
         return frozenset(self._schedule.epochs)
+
+    def planned_uses(self, epoch: int) -> dict[str, tuple[str, ...]]:
+        """This process's plan of ``epoch``: each stream's object names in the order it opens them ({}: none)."""
+        return {stream: tuple(names) for stream, names in self._schedule.epochs.get(epoch, {}).items()}
 
     def node_streams(self) -> set[str]:
         """The streams some live process of the node reads now (their positions are in the folder)."""

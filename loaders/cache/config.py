@@ -47,7 +47,8 @@ class CacheConfig:
         this long; its next ``plan`` or ``open`` starts it again (seconds).
     reserve_bytes: part of the limit kept for the cache's own small files (each process's
         positions, locks, the folders' growth); shards use the rest.
-    remote: the client's time-outs and retries.
+    remote: the client's time-outs and retries; its ``chunk_bytes`` is capped at 256 KiB for
+        the cache's downloads (``download.DOWNLOAD_CHUNK_BYTES``: the most a kill loses).
     """
 
     cache_dir: str | os.PathLike[str]

@@ -100,7 +100,8 @@ class BatchBuilder:
 
     What thread workers (and the main thread, with ``num_workers=0``) run; never raises
     ``Exception``, failures travel in the BatchOutcome. The job's epoch reaches a dataset
-    with ``set_epoch`` before its samples are read.
+    with ``set_epoch`` before its samples are read. plan_decode: read images as decode plans
+    (``decode="device"``, ``loaders.loader.fetch``).
     """
 
     dataset: Any
@@ -108,6 +109,7 @@ class BatchBuilder:
     auto_collation: bool
     skip_errors: bool
     sync_epoch: EpochSync
+    plan_decode: bool = False
 
     def __call__(self, worker_id: int, job: Job) -> BatchOutcome:
         try:
@@ -116,7 +118,7 @@ class BatchBuilder:
             return BatchOutcome.failed(epoch=job.epoch, position=job.position, worker_id=worker_id,
                                        indices=job.indices, failure=err)
         fetched = fetch_samples(self.dataset, job.indices, epoch=job.epoch, position=job.position,
-                                skip_errors=self.skip_errors)
+                                skip_errors=self.skip_errors, plan_decode=self.plan_decode)
         return collate_outcome(fetched, self.collate_fn, auto_collation=self.auto_collation, worker_id=worker_id)
 
 

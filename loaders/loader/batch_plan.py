@@ -29,12 +29,15 @@ from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
+import numpy as np
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import KEY_SAMPLER, KEY_WORLD_SIZE, Job, length_or_none
 from loaders.loader.progress import KEY_AHEAD, KEY_BATCH_SIZE, KEY_EPOCH, KEY_PLAN, KEY_POSITION, Where, expect
 from loaders.loader.stage import Position
+from loaders.read.order import epoch_order
+from loaders.read.sample_grid import order_digest
 from loaders.read.sampler import SampleBatch, ShardSampler
 from loaders.read.topology import Topology
 
@@ -220,3 +223,19 @@ class BatchPlan:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """The sampler's epoch-start state, restored by the next primary pass (the resumed one)."""
         self._epoch_start = state[KEY_SAMPLER]
+
+    def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
+        """sha256 (hex) of which samples positions ``[start, stop)`` of ``epoch``'s order of every rank hold
+        (``loaders.read.sample_grid.order_digest``), when the loader draws the order itself (a ShardSampler
+        of its own, or the sequential order); ConfigError for a sampler the user gave."""
+        epoch = self._owner.where().epoch if epoch is None else epoch
+        if self.owned and isinstance(self.sampler, ShardSampler):
+            plan = self.sampler.read_plan
+            order = epoch_order(plan.num_samples, seed=plan.seed, epoch=epoch, mode=plan.mode,
+                                block_size=plan.block_size)
+        elif self.owned and type(self.sampler) is SequentialSampler:
+            order = np.arange(len(self.sampler), dtype=np.int64)
+        else:
+            raise ConfigError(f"order_digest: the loader reads {type(self.sampler).__name__}, a sampler it did not "
+                              "draw, so it knows no global positions; give no sampler, or digest your own order")
+        return order_digest(order, start, stop, epoch=epoch, data="")

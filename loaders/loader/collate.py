@@ -15,6 +15,10 @@ Where that batch lives:
   handing the batch to the main process copies nothing.
 - otherwise: ordinary CPU memory.
 
+A field whose samples are decode plans (``loaders.read.decode_plan.EncodedImage``, what decode
+transforms return with ``decode="device"``) becomes one ``loaders.batch_decode.EncodedBatch``:
+its JPEG bytes in one buffer allocated the same way, the plan beside it.
+
 Reading samples is ``loaders.loader.fetch``; outcomes per batch ``loaders.loader.batch_outcome``; pinning
 ``loaders.loader.pinning``.
 """
@@ -30,7 +34,9 @@ import torch
 import torch.utils.data
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+from loaders.batch_decode.encoded_batch import pack_encoded
 from loaders.errors import BatchShapeError
+from loaders.read.decode_plan import EncodedImage
 
 __all__ = ["default_collate", "stack_into"]
 
@@ -119,6 +125,10 @@ def _collate_tensors(batch: Sequence[torch.Tensor], *, collate_fn_map: _CollateM
     return stack_into(batch, pin_memory=pin_memory)
 
 
+def _collate_encoded(batch: Sequence[EncodedImage], *, collate_fn_map: _CollateMap, pin_memory: bool) -> Any:
+    return pack_encoded(batch, lambda shape, dtype: _allocate(shape, dtype, pin_memory=pin_memory))
+
+
 def _pinned_result(fn: Callable[..., Any], batch: Sequence[Any], *, collate_fn_map: _CollateMap) -> Any:
     """Numbers -> a small tensor, pinned so the whole batch can be copied asynchronously."""
     result = fn(batch, collate_fn_map=collate_fn_map)
@@ -131,6 +141,7 @@ def _build_map(pin_memory: bool) -> _CollateMap:
         mapping[key] = functools.partial(_pinned_result, fn) if pin_memory else fn
     mapping[torch.Tensor] = functools.partial(_collate_tensors, pin_memory=pin_memory)
     mapping[np.ndarray] = functools.partial(_collate_arrays, pin_memory=pin_memory)
+    mapping[EncodedImage] = functools.partial(_collate_encoded, pin_memory=pin_memory)
     return mapping
 
 

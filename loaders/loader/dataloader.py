@@ -12,7 +12,9 @@ What changes without any other edit:
 - a deterministic, resumable order: ``state_dict()`` / ``load_state_dict()``;
 - a dataset's own exception class in the training loop, with a note naming worker,
   batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
-- ``device=...``: batches arrive on the device, copied ahead on a side stream.
+- ``device=...``: batches arrive on the device, copied ahead on a side stream;
+- ``decode="device"`` (the default on CUDA where nvJPEG works): JPEGs decode on the device, a batch
+  at a time, the workers only read bytes and draw crops (``loaders.batch_decode``).
 
 This class is a facade: it resolves its arguments once into a frozen
 ``loaders.loader.settings.LoaderSettings``, and holds the owner of (epoch, position)
@@ -36,10 +38,12 @@ import torch
 import torch.utils.data
 from torch.utils.data import BatchSampler, default_convert
 
+from loaders.batch_decode.choice import DecodeMode
 from loaders.errors import ConfigError
 from loaders.loader.batch_plan import BatchPlan, own_sampler
 from loaders.loader.batch_source import BatchSource, IterableSource, SourceRequest, length_or_none
 from loaders.loader.collate import default_collate
+from loaders.loader.decode_stage import LoaderStats, decode_stage, loader_stats
 from loaders.loader.epoch_pass import Chain, LoaderIterator, Passes
 from loaders.loader.failures import FailurePolicy
 from loaders.loader.pool import WorkerPool
@@ -53,11 +57,12 @@ from loaders.loader.progress import (
     Progress,
     check_state,
 )
+from loaders.loader.sample_source import sample_source
 from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
 from loaders.read.topology import loader_topology
 from loaders.validate import check_int
 
-__all__ = ["DataLoader", "OnError", "WorkerType"]
+__all__ = ["DataLoader", "DecodeMode", "OnError", "WorkerType"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +91,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     ``default_collate_fn`` if it has one (with batching), else ours (torch's batches,
     collated into pinned memory). Without a sampler, a dataset with a ``batch_source``
     method (``loaders.TokenDataset``, ``loaders.Mixture``) supplies the batches' order and
-    the resume state (by global position; ``order_digest``).
+    the resume state, and ``ShardDataset`` / ``ParquetShardDataset`` are read by global
+    position too (``loaders.loader.sample_source``): every rank the same number of batches,
+    and a state saved on any rank resumes a job of any ranks x batch size (``order_digest``).
 
     Topology (rank, world size): the dataset's own ``topology`` when it has one (a launcher
     without torch.distributed), else torch.distributed's or RANK / WORLD_SIZE; a dataset's
@@ -103,7 +110,10 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         worker_init_fn that cannot be pickled gets threads (iterable: the main process)
         with one warning, unless processes were asked for (worker_type="process", a
         ``multiprocessing_context``, or ``num_workers`` given for an iterable dataset or one
-        that does not release the GIL): then a ConfigError naming it and the start method.
+        that does not release the GIL): then, as stock, the first ``iter()`` warns and raises
+        pickle's error, with a note naming the part, the start method and the fix.
+        A ``worker_init_fn`` runs in each worker process, as torch runs it; thread workers
+        run it in each thread, inside the training process (said once, with a warning).
     threads_per_worker: intra-op/OpenMP/BLAS threads inside each worker *process*.
     seed: base seed of the order and of worker seeds; None: in a distributed job the
         same on every rank (``loaders.read.seeding.resolve_seed``), else drawn from
@@ -114,6 +124,15 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     device, device_transform, device_prefetch: yield batches on ``device``, copied
         ``device_prefetch`` (default 2) batches ahead on a side stream, ``device_transform``
         run there with each batch's (epoch, batch_index, rank) (``loaders.loader.keyed_transform``).
+    decode: "auto" (default), "cpu" or "device". "device": the workers read each JPEG's bytes and
+        draw its crop from the sample's keyed rng (exactly the CPU path's draws) without decoding;
+        each batch decodes on ``device`` in one call (CUDA: nvJPEG through torchvision; CPU: the
+        host's threads) and is cropped and resized there in batched kernels, on the side stream,
+        before ``device_transform``; images the device decoder cannot take (PNG, WebP, CMYK...)
+        decode in the worker, counted in ``stats()``. Needs a dataset declaring
+        ``can_defer_decode = True`` (ours, with loaders' decode transforms) and no collate_fn.
+        "auto": "device" where ``device`` is CUDA and all that holds, else "cpu" (the worker
+        decodes, today's path). See ``loaders.batch_decode``.
 
     Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
     ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
@@ -135,10 +154,11 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                  pin_memory_device: str = "", in_order: bool = True, worker_type: str = "auto",
                  threads_per_worker: int = 1, seed: int | None = None, on_error: str = "raise",
                  max_skips: int | float = 0, device: str | torch.device | None = None,
-                 device_transform: Callable[[Any], Any] | None = None, device_prefetch: int = 2) -> None:
+                 device_transform: Callable[[Any], Any] | None = None, device_prefetch: int = 2,
+                 decode: str = "auto") -> None:
         options = LoaderOptions(worker_type=worker_type, threads_per_worker=threads_per_worker, seed=seed,
                                 on_error=on_error, max_skips=max_skips, device=device,
-                                device_transform=device_transform, device_prefetch=device_prefetch)
+                                device_transform=device_transform, device_prefetch=device_prefetch, decode=decode)
         topology = loader_topology(getattr(dataset, "topology", None))
         workers = default_workers(dataset, topology) if num_workers is None else num_workers
         persistent = isinstance(workers, int) and workers > 0 if persistent_workers is None else persistent_workers
@@ -157,7 +177,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self._progress = Progress()
         self._passes = Passes(self._progress)
         self._chain = Chain(self._settings, self._make_source(), WorkerPool(self._settings),
-                            FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress)
+                            FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress,
+                            decode=decode_stage(self._settings))
 
     def _make_source(self) -> BatchSource:
         """Where batches come from: an iterable's own order, the dataset's own source, or the sampler's
@@ -179,6 +200,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                 self.__dict__["sampler"] = sampler
                 if self.batch_size is not None:
                     self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
+            by_position = sample_source(self.dataset, sampler, batch_size=self.batch_size, owner=self._progress)
+            if by_position is not None:
+                return by_position
         return BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler, batch_size=self.batch_size,
                          position=self._progress)
 
@@ -222,6 +246,15 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     @property
     def device_transform(self) -> Callable[[Any], Any] | None:
         return self._settings.device_transform
+
+    @property
+    def decode(self) -> DecodeMode:
+        """Where JPEGs decode: "cpu" (in the workers) or "device" ("auto" resolved; ``stats()`` says why)."""
+        return self._settings.decode
+
+    def stats(self) -> LoaderStats:
+        """Where samples were decoded and why (``LoaderStats.decode``: mode, reason, decoder, counts)."""
+        return loader_stats(self._settings, self._chain.decode)
 
     @property
     def pool(self) -> WorkerPool:
@@ -291,9 +324,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                         "use iter(loader), not torch.utils.data.DataLoader.__iter__")
 
     def close(self) -> None:
-        """End the current iteration and stop all workers (threads joined, processes shut down)."""
+        """End the current iteration and stop all workers (threads joined, processes shut down) and the
+        device decoder's threads."""
         self._passes.end()
         self._chain.pool.close()
+        if self._chain.decode is not None:
+            self._chain.decode.close()
 
     def __enter__(self) -> DataLoader[T]:
         return self
@@ -306,18 +342,23 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         chain = self.__dict__.get("_chain")
         if chain is not None:
             chain.pool.close(wait=False)
+            if chain.decode is not None:
+                chain.decode.close(wait=False)
 
     # ------------------------------------------------------------ resume state
 
     def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
-        """sha256 (hex) of which data the global sequences ``[start, stop)`` of ``epoch`` (default: the epoch
-        being read) hold, as this loader reads them, whatever its topology: (source, epoch, document, offset,
-        length) rows (``loaders.tokens.digest``). Equal digests prove that two runs, or a run and its resume,
-        read the same data in the same order; anything skipped or repeated changes it.
+        """sha256 (hex) of which data the global positions ``[start, stop)`` of ``epoch`` (default: the epoch
+        being read) hold, as this loader reads them, whatever its topology. Equal digests prove that two runs,
+        or a run and its resume, read the same data in the same order; anything skipped or repeated changes it.
 
-        For a dataset that brings a batch source with an order digest (``loaders.TokenDataset``,
-        ``loaders.Mixture``, no sampler given); ConfigError otherwise. IndexError for sequences
-        that a mixture resumed with new weights no longer addresses (those before the resume).
+        A global position is an entry of the epoch's order of all ranks together: a packed sequence of a
+        ``loaders.TokenDataset`` or ``loaders.Mixture`` ((source, epoch, document, offset, length) rows,
+        ``loaders.tokens.digest``), a sample of a ``ShardDataset`` / ``ParquetShardDataset``
+        (``loaders.read.sample_grid.order_digest``), a sample of any other map-style dataset in the
+        order the loader draws (one rank). ConfigError where the order is not the loader's (a sampler
+        given, an IterableDataset); IndexError for positions outside the epoch (or, for a mixture
+        resumed with new weights, those before the resume).
         """
         if check_int("stop", stop) < check_int("start", start):
             raise ConfigError(f"order_digest: 'stop' {stop} precedes 'start' {start}")
@@ -325,9 +366,9 @@ class DataLoader(torch.utils.data.DataLoader[T]):
             check_int("epoch", epoch)
         digest = getattr(self._chain.source, "order_digest", None)
         if not callable(digest):
-            raise ConfigError(f"order_digest needs a dataset whose batch source knows global sequences (a "
-                              f"TokenDataset or Mixture, with no sampler given); this loader reads "
-                              f"{type(self.dataset).__name__} through {type(self._chain.source).__name__}")
+            raise ConfigError(f"order_digest needs an order the loader draws itself (no sampler given, a map-style "
+                              f"dataset); this loader reads {type(self.dataset).__name__} through "
+                              f"{type(self._chain.source).__name__}")
         result: str = digest(start, stop, epoch)
         return result
 
@@ -352,9 +393,12 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         (a random sampler without state, an iterable dataset mid-epoch).
         """
         source = self._chain.source
+        upgrade = getattr(source, "upgrade_state", None)
+        if callable(upgrade):  # a state of the previous version, in this version's shape
+            state = upgrade(state)
         check_state(state, keys=(*LOADER_KEYS, source.key), dataset_len=length_or_none(self.dataset),
                     seed=self.seed if self._settings.seed_given else None,
-                    check_len=self._dataset_source() is None)
+                    check_len=not getattr(source, "identifies_data", False))
         where = source.resume_point(state)
         self._passes.end()
         if state[KEY_SEED] != self.seed:

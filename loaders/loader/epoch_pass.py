@@ -4,8 +4,9 @@
 
     batch source (Job: epoch, position, indices; lazy)  ->  workers (threads / processes /
     inline: read, collate into pinned or shared memory; BatchOutcome)  ->  failures (Item:
-    position, batch, Delivery; raise in turn, skips)  ->  device prefetch (copy + device
-    transform keyed by epoch, position, rank)  ->  the owner (Progress.receive) -> training step
+    position, batch, Delivery; raise in turn, skips)  ->  device prefetch (copy, then on its
+    side stream the device decode with decode="device" and the device transform keyed by
+    epoch, position, rank)  ->  the owner (Progress.receive) -> training step
 
 A *primary* pass moves the loader's ``Progress``; a pass started while the primary one
 still runs (a peek inside the loop, ``zip(loader, loader)``) is *detached*: it reads the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaders.loader.batch_source import BatchSource
+from loaders.loader.decode_stage import DecodeStage
 from loaders.loader.failures import NO_BATCH, Failed, FailurePolicy, Item, is_batch
 from loaders.loader.keyed_transform import positioned
 from loaders.loader.pool import WorkerPool, Workers
@@ -51,14 +53,15 @@ class Pass:
 
 @dataclass(frozen=True)
 class Chain:
-    """The loader's parts a pass is built from: its settings, batch source, workers, failure policy and
-    the owner of (epoch, position)."""
+    """The loader's parts a pass is built from: its settings, batch source, workers, failure policy,
+    the owner of (epoch, position) and, with ``decode="device"``, the device decode stage."""
 
     settings: LoaderSettings
     source: BatchSource
     pool: WorkerPool
     failures: FailurePolicy
     progress: Progress
+    decode: DecodeStage | None = None
 
 
 class Passes:
@@ -168,8 +171,9 @@ def _start(chain: Chain, run: Pass, where: Where, progress: Progress) -> tuple[W
         transform = settings.device_transform
         keyed = None if transform is None else positioned(transform, epoch=where.epoch, rank=settings.rank,
                                                           start=where.position if run.primary else 0)
+        steps = [step for step in (chain.decode, None if keyed is None else _on_batches(keyed)) if step is not None]
         items = DevicePrefetcher(items, settings.device, depth=settings.device_prefetch,
-                                 transform=None if keyed is None else _on_batches(keyed))
+                                 transform=_in_turn(steps) if steps else None)
         parts.insert(0, items)
     return workers, _drive(chain, run, where.epoch, items, parts, workers, progress)
 
@@ -177,6 +181,19 @@ def _start(chain: Chain, run: Pass, where: Where, progress: Progress) -> tuple[W
 def _on_batches(keyed: Callable[[int, Any], Any]) -> Callable[[Item], Item]:
     """The device transform on an item's batch (failures and pure accounting pass through)."""
     return lambda item: item._replace(batch=keyed(item.position, item.batch)) if is_batch(item) else item
+
+
+def _in_turn(steps: list[Callable[[Item], Item]]) -> Callable[[Item], Item]:
+    """One transform of items running ``steps`` in order (the device decode, then the device transform)."""
+    if len(steps) == 1:
+        return steps[0]
+
+    def run(item: Item) -> Item:
+        for step in steps:
+            item = step(item)
+        return item
+
+    return run
 
 
 def _drive(chain: Chain, run: Pass, epoch: int, items: Iterable[Item], parts: list[Any], workers: Workers,

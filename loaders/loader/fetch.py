@@ -2,7 +2,9 @@
 
 ``fetch_samples`` reads ``dataset[i]`` (or ``__getitems__``) for a batch's indices and
 returns a ``Fetched``: the samples, the ``Skip``s (``on_error="skip"``) or the first
-failure, with the batch's epoch and position. Messages about them: ``loaders.loader.messages``.
+failure, with the batch's epoch and position. With ``plan_decode`` (``decode="device"``) it
+reads inside ``loaders.read.decode_plan.planning()``: decode transforms hand on decode plans.
+Messages about them: ``loaders.loader.messages``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.loader.messages import describe_error
+from loaders.read.decode_plan import planning
 
 __all__ = ["Fetched", "Skip", "fetch_samples"]
 
@@ -37,13 +40,20 @@ class Fetched:
     failed_index: Any = None
 
 
-def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool) -> Fetched:
+def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool,
+                  plan_decode: bool = False) -> Fetched:
     """Read ``dataset[i]`` for each index (``__getitems__`` when defined), catching failures.
 
     With ``skip_errors`` a failing sample becomes a ``Skip`` (a failing ``__getitems__``
     is retried sample by sample to find which ones fail); without it the first failure
-    stops the batch and is returned in ``failure``. Never raises ``Exception``.
+    stops the batch and is returned in ``failure``. ``plan_decode``: read inside
+    ``planning()`` (images as decode plans). Never raises ``Exception``.
     """
+    with planning(plan_decode):
+        return _fetch(dataset, indices, epoch=epoch, position=position, skip_errors=skip_errors)
+
+
+def _fetch(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool) -> Fetched:
     fetched = Fetched(epoch=epoch, position=position, indices=list(indices))
     getitems = getattr(dataset, "__getitems__", None)
     if callable(getitems):

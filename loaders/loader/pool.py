@@ -8,6 +8,12 @@ when their copy of the dataset may predate the user's last call (as stock's defa
 non-persistent workers would copy it afresh). ``make_workers`` picks the backend from the
 settings; ``batch_builder`` is the per-batch work in this process (collated straight into
 pinned memory); worker processes get ``CollateGuard`` and ``WorkerInit``.
+
+A ``worker_init_fn`` is written for a worker *process* (it seeds global RNGs, sets thread
+counts, opens files). Thread workers run it too, once per thread as it starts, so code that
+opens per-worker resources keeps working; but it then changes the training process itself
+(and ``get_worker_info()`` is None there), so the pool says so once per loader, when its
+first thread workers start (``THREAD_INIT_WARNING``).
 """
 
 from __future__ import annotations
@@ -25,9 +31,15 @@ from loaders.loader.settings import LoaderSettings, WorkerType
 from loaders.loader.thread_workers import InlineWorkers, ThreadWorkers
 from loaders.loader.worker_start import WorkerInit
 
-__all__ = ["WorkerPool", "Workers", "batch_builder", "make_workers"]
+__all__ = ["THREAD_INIT_WARNING", "WorkerPool", "Workers", "batch_builder", "make_workers"]
 
 Workers = InlineWorkers | ThreadWorkers | ProcessWorkers
+
+THREAD_INIT_WARNING = (
+    "worker_init_fn {name} runs in each of the {count} thread workers, inside the training process: what it sets "
+    "process-wide (global RNG seeds, torch.set_num_threads, environment variables, signal handlers) changes the "
+    "training process itself, and torch.utils.data.get_worker_info() is None there; pass worker_type='process' to "
+    "run it in worker processes, as torch does")
 
 
 def make_workers(settings: LoaderSettings, epoch_sync: EpochSync) -> Workers:
@@ -37,7 +49,8 @@ def make_workers(settings: LoaderSettings, epoch_sync: EpochSync) -> Workers:
             settings.dataset, collate=CollateGuard(settings.collate_fn, settings.auto_collation),
             stock=settings.process_args,
             init=WorkerInit(settings.seed, settings.threads_per_worker, settings.worker_init_fn, rank=settings.rank),
-            skip_errors=settings.skip_errors, epoch_sync=epoch_sync,
+            skip_errors=settings.skip_errors, epoch_sync=epoch_sync, plan_decode=settings.plan_decode,
+            start_note=settings.start_note,
             # Workers the user did not ask for must not fail where the main process would not.
             fallback=None if settings.workers_given or settings.iterable else batch_builder(settings, epoch_sync))
     if settings.num_workers == 0:
@@ -55,7 +68,8 @@ def batch_builder(settings: LoaderSettings, epoch_sync: EpochSync) -> BatchBuild
         warnings.warn("'pin_memory' is True but CUDA is not available: batches are not pinned", stacklevel=5)
     if pin:
         collate = pinned_collate if collate is default_collate else PinAfter(collate)
-    return BatchBuilder(settings.dataset, collate, settings.auto_collation, settings.skip_errors, epoch_sync)
+    return BatchBuilder(settings.dataset, collate, settings.auto_collation, settings.skip_errors, epoch_sync,
+                        plan_decode=settings.plan_decode)
 
 
 class WorkerPool:
@@ -70,6 +84,7 @@ class WorkerPool:
         self.epoch_sync = EpochSync(settings.dataset)  # this process's dataset: told each new epoch it reads
         self.shared: Workers | None = None  # persistent workers, kept between epochs
         self._copied_from: object = UNKNOWN_EPOCH  # the user's dataset's own `epoch` when they copied it
+        self._warned_thread_init = False
 
     def workers_for(self, *, primary: bool) -> Workers:
         """The primary pass's workers (kept when persistent), or a private set for a detached pass."""
@@ -79,9 +94,19 @@ class WorkerPool:
             self.shared.close()
             self.shared = None
         workers = make_workers(self.settings, self.epoch_sync)
+        self._warn_of_thread_init(workers)
         if primary and self.settings.persistent_workers:
             self.shared, self._copied_from = workers, self.epoch_sync.observe()
         return workers
+
+    def _warn_of_thread_init(self, workers: Workers) -> None:
+        """Say once per loader that the user's worker_init_fn runs in the training process (thread workers)."""
+        init = self.settings.worker_init_fn
+        if init is None or self._warned_thread_init or not isinstance(workers, ThreadWorkers):
+            return
+        self._warned_thread_init = True
+        name = getattr(init, "__qualname__", type(init).__qualname__)
+        warnings.warn(THREAD_INIT_WARNING.format(name=name, count=workers.num_workers), UserWarning, stacklevel=7)
 
     def _copies_are_stale(self, workers: Workers) -> bool:
         """Whether persistent worker processes hold a copy of the dataset from before the user's own

@@ -25,6 +25,7 @@ import atexit
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import re
 import time
 import warnings
@@ -111,15 +112,17 @@ class GuardedDataset(_Forwarding, torch.utils.data.Dataset[Any]):
 
     ``__getitems__(IndexBatch)`` returns a ``Fetched`` (not a list) that ``CollateGuard``
     turns into a BatchOutcome. in_flight: shared int64 [2 * num_workers], per worker
-    (pid, position of the batch it is reading), or None.
+    (pid, position of the batch it is reading), or None. plan_decode: images as decode plans
+    (``decode="device"``).
     """
 
-    _OWN = frozenset({"dataset", "skip_errors", "seed", "rank", "in_flight", "sync_epoch"})
+    _OWN = frozenset({"dataset", "skip_errors", "seed", "rank", "in_flight", "sync_epoch", "plan_decode"})
 
     def __init__(self, dataset: Any, *, skip_errors: bool, seed: int, rank: int = 0, in_flight: Any = None,
-                 sync_epoch: EpochSync | None = None) -> None:
+                 sync_epoch: EpochSync | None = None, plan_decode: bool = False) -> None:
         for name, value in (("dataset", dataset), ("skip_errors", skip_errors), ("seed", seed), ("rank", rank),
-                            ("in_flight", in_flight), ("sync_epoch", sync_epoch or EpochSync(dataset))):
+                            ("in_flight", in_flight), ("sync_epoch", sync_epoch or EpochSync(dataset)),
+                            ("plan_decode", plan_decode)):
             object.__setattr__(self, name, value)
 
     def __getitem__(self, index: Any) -> Any:
@@ -139,7 +142,7 @@ class GuardedDataset(_Forwarding, torch.utils.data.Dataset[Any]):
             fetched = Fetched(epoch=batch.epoch, position=batch.position, indices=list(batch), failure=err)
         else:
             fetched = fetch_samples(self.dataset, batch, epoch=batch.epoch, position=batch.position,
-                                    skip_errors=self.skip_errors)
+                                    skip_errors=self.skip_errors, plan_decode=self.plan_decode)
         if fetched.failure is not None:
             fetched.failure = portable_error(fetched.failure)
         return fetched
@@ -194,13 +197,18 @@ class ProcessWorkers:
     drop_last for iterable datasets). fallback: builds a batch in this process when the
     workers' batch cannot be pickled (for loaders whose user did not ask for workers);
     None: that batch fails. epoch_sync: the loader's (whether it drives the dataset's
-    epoch); None: a new one. Constructing starts nothing.
+    epoch); None: a new one. plan_decode: images read as decode plans (``decode="device"``).
+    start_note: added to a pickling error raised while the workers start (a part they receive
+    cannot be pickled: torch warns and raises it, as stock).
+    Constructing starts nothing.
     """
 
     def __init__(self, dataset: Any, *, collate: CollateGuard, stock: Mapping[str, Any], init: WorkerInit,
                  skip_errors: bool, fallback: Callable[[int, Job], BatchOutcome] | None = None,
-                 epoch_sync: EpochSync | None = None) -> None:
+                 epoch_sync: EpochSync | None = None, plan_decode: bool = False,
+                 start_note: str | None = None) -> None:
         self._fallback = fallback
+        self._start_note = start_note
         self._warned_fallback = False
         self._map_style = not isinstance(dataset, torch.utils.data.IterableDataset)
         self._feeder = _Feeder()
@@ -221,7 +229,7 @@ class ProcessWorkers:
             kwargs["worker_init_fn"] = replace(init, epoch=self._epoch_channel)
         if self._map_style:
             dataset = GuardedDataset(dataset, skip_errors=skip_errors, seed=init.seed, rank=init.rank,
-                                     in_flight=self._in_flight, sync_epoch=epoch_sync)
+                                     in_flight=self._in_flight, sync_epoch=epoch_sync, plan_decode=plan_decode)
             kwargs.update(batch_sampler=self._feeder, batch_size=1, drop_last=False)
         elif callable(getattr(dataset, "set_epoch", None)):
             # Only then: a wrapper would hide a DataPipe graph from torch's seeding and sharding.
@@ -247,7 +255,13 @@ class ProcessWorkers:
             raise WorkerError("process workers were closed; iterate the DataLoader again to restart them")
         self._epoch_channel.value = epoch
         self._feeder.jobs, self._feeder.waiting = (jobs if jobs is not None else ()), {}
-        return self._outcomes(iter(self._loader))
+        try:
+            iterator = iter(self._loader)  # starts the workers (not persistent ones already running)
+        except (TypeError, AttributeError, pickle.PicklingError) as err:  # torch's catch around Process.start()
+            if self._start_note is not None:
+                err.add_note(self._start_note)
+            raise
+        return self._outcomes(iterator)
 
     def _outcomes(self, iterator: Any) -> Iterator[BatchOutcome]:
         # An abandoned pass leaves its processes to close(), which the DataLoader calls.

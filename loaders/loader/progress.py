@@ -13,16 +13,18 @@ batch source's ``state_dict``). The rules of passes live here too, in one place:
   the last batch of e it leaves nothing of e; otherwise it starts e from its first batch;
 - ``restore``: the next pass continues the saved epoch from the saved position.
 
-The loader's state (version 2) is a small nest under the ``KEY_*`` names::
+The loader's state (version 3) is a small nest under the ``KEY_*`` names::
 
-    {"version": 2, "epoch": 3, "position": 17, "ahead": [],
+    {"version": 3, "epoch": 3, "position": 17, "ahead": [],
      "seed": 11, "batch_size": 32, "dataset_len": 50000,
      "failures": {"epoch": 3, "skipped": 0},
      "accounting": {"samples_seen": 10112, "completed_epoch": None},
      "plan": {"sampler": None, "world_size": 8}}
 
 where the last key is the batch source's (``loaders.loader.batch_source``): its ``key``,
-its ``state_dict()``. ``check_state`` refuses a state this loader cannot honour.
+its ``state_dict()`` (``"samples"`` for a sample dataset read by global position, version 3;
+version 2 states, read too, held that dataset's per-rank positions under ``"plan"``).
+``check_state`` refuses a state this loader cannot honour.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "KEY_SKIPPED",
     "KEY_VERSION",
     "LOADER_KEYS",
+    "READABLE_VERSIONS",
     "STATE_KEYS",
     "STATE_VERSION",
     "Delivery",
@@ -61,7 +64,8 @@ __all__ = [
     "expect",
 ]
 
-STATE_VERSION = 2
+STATE_VERSION = 3  # 3: a sample dataset's global position under "samples" (2: its per-rank batches under "plan")
+READABLE_VERSIONS = (2, 3)  # a version-2 state is read (a batch source may translate it: ``upgrade_state``)
 KEY_VERSION = "version"
 KEY_EPOCH = "epoch"
 KEY_POSITION = "position"  # batches 0..position-1 of the epoch all handed to the training loop
@@ -261,8 +265,9 @@ def check_state(state: object, *, keys: Sequence[str], dataset_len: int | None, 
     """
     if not isinstance(state, Mapping):
         raise ConfigError(f"DataLoader state must be a mapping (got {type(state).__name__})")
-    if state.get(KEY_VERSION) != STATE_VERSION:
-        raise ConfigError(f"DataLoader state version: expected {STATE_VERSION}, got {state.get(KEY_VERSION)!r}; "
+    if state.get(KEY_VERSION) not in READABLE_VERSIONS:
+        raise ConfigError(f"DataLoader state version: expected one of {READABLE_VERSIONS}, got "
+                          f"{state.get(KEY_VERSION)!r}; "
                           "resume with the loaders version that saved it")
     missing = [key for key in keys if key not in state]
     if missing:

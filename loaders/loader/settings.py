@@ -1,7 +1,7 @@
 """The DataLoader's settings: its own keyword options, validated once, and everything the chain reads, resolved once.
 
 ``LoaderOptions`` holds the keyword options beyond torch's (worker type, seed, error
-policy, device), checked at construction. ``LoaderSettings`` is the frozen record the
+policy, device, where JPEG decodes), checked at construction. ``LoaderSettings`` is the frozen record the
 chain is built from: torch's arguments after torch validated them, our defaults filled
 in, the worker type (``loaders.loader.worker_choice``'s rule) and seed resolved. ``WorkerType``
 and ``OnError`` are the choices.
@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, default_convert
 
+from loaders.batch_decode.choice import DecodeChoice, DecodeInputs, DecodeMode, choose_decode
+from loaders.batch_decode.decoders import device_decoder_problem
 from loaders.errors import ConfigError
 from loaders.loader.collate import default_collate
 from loaders.loader.worker_choice import (
@@ -63,6 +65,7 @@ class LoaderOptions:
     device_prefetch: with ``device``, batches copied (and transformed) ahead of the one
     the training step holds; device memory holds ``device_prefetch + 1`` batches, and one
     more while the next one is handed over if the step still holds the previous batch.
+    decode: "auto", "cpu" or "device": where JPEGs decode (``loaders.batch_decode.choice``).
     """
 
     worker_type: WorkerType | str = WorkerType.AUTO
@@ -73,9 +76,11 @@ class LoaderOptions:
     device: torch.device | str | None = None
     device_transform: Callable[[Any], Any] | None = None
     device_prefetch: int = 2
+    decode: DecodeMode | str = DecodeMode.AUTO
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "worker_type", check_choice("worker_type", self.worker_type, WorkerType))
+        object.__setattr__(self, "decode", check_choice("decode", self.decode, DecodeMode))
         object.__setattr__(self, "on_error", check_choice("on_error", self.on_error, OnError))
         check_int("threads_per_worker", self.threads_per_worker, 1)
         check_int("device_prefetch", self.device_prefetch, 0)
@@ -126,6 +131,18 @@ def _sent_to_workers(loader: torch.utils.data.DataLoader[Any]) -> list[tuple[str
     return parts
 
 
+def _choose_decode(loader: torch.utils.data.DataLoader[Any], options: LoaderOptions) -> DecodeChoice:
+    """Where ``loader``'s JPEGs decode (a ``DecodeChoice``): ``loaders.batch_decode.choice``'s rule."""
+    device = None if options.device is None else torch.device(options.device)
+    given = DecodeInputs(requested=DecodeMode(options.decode), device=device,
+                         dataset=type(loader.dataset).__name__,
+                         can_defer=getattr(loader.dataset, "can_defer_decode", False) is True,
+                         own_collate=loader.collate_fn is default_collate,
+                         batched=loader.batch_sampler is not None,
+                         iterable=isinstance(loader.dataset, IterableDataset))
+    return choose_decode(given, device_decoder_problem)
+
+
 def _device(device: object) -> torch.device:
     try:
         if not isinstance(device, (str, int, torch.device)):
@@ -159,6 +176,7 @@ class LoaderSettings:
     worker_type: WorkerType
     threads_per_worker: int
     worker_init_fn: Callable[[int], None] | None
+    start_note: str | None  # added to the error of starting worker processes that cannot receive a part
     prefetch_factor: int | None
     persistent_workers: bool
     in_order: bool
@@ -171,6 +189,8 @@ class LoaderSettings:
     device: torch.device | None
     device_transform: Callable[[Any], Any] | None
     device_prefetch: int
+    decode: DecodeMode  # CPU or DEVICE, resolved (``loaders.batch_decode.choice``)
+    decode_reason: str
     rank: int
     process_args: Mapping[str, Any]
 
@@ -181,19 +201,27 @@ class LoaderSettings:
         iterable = isinstance(loader.dataset, IterableDataset)
         generator = loader.generator
         workers = options.choose_workers(loader, workers_given=workers_given)
+        decode = _choose_decode(loader, options)
         return cls(
             dataset=loader.dataset, iterable=iterable, batch_size=loader.batch_size, drop_last=loader.drop_last,
             auto_collation=loader.batch_sampler is not None, collate_fn=loader.collate_fn,
             num_workers=workers.num_workers, workers_given=workers_given, worker_type=workers.worker_type,
             threads_per_worker=options.threads_per_worker, worker_init_fn=loader.worker_init_fn,
+            start_note=workers.start_note,
             prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
             in_order=loader.in_order, timeout_s=float(loader.timeout), pin_memory=loader.pin_memory,
             seed=resolve_seed(options.seed, generator, world_size=topology.world_size),
             seed_given=options.seed is not None or generator is not None, on_error=OnError(options.on_error),
             max_skips=options.max_skips, device=None if options.device is None else torch.device(options.device),
             device_transform=options.device_transform,
-            device_prefetch=options.device_prefetch, rank=topology.rank,
+            device_prefetch=options.device_prefetch, decode=decode.mode, decode_reason=decode.reason,
+            rank=topology.rank,
             process_args={**{name: getattr(loader, name) for name in PROCESS_ARGS}, "num_workers": workers.num_workers})
+
+    @property
+    def plan_decode(self) -> bool:
+        """Workers hand on images as decode plans, decoded on the device (``decode="device"``)."""
+        return self.decode is DecodeMode.DEVICE
 
     @property
     def skip_errors(self) -> bool:

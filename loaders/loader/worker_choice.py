@@ -29,8 +29,11 @@ function defined inside a function). Then, when processes would be used:
 
 - if the user asked for processes (``worker_type="process"``, a ``multiprocessing_context``,
   or ``num_workers`` given for an iterable dataset or one that does not release the GIL):
-  ConfigError naming the part, its class and the start method (stock fails there too, with a
-  pickling error when its workers start);
+  processes, and the loader fails where and as stock does: the first ``iter(loader)`` starts
+  the workers, torch warns ("Got pickle error when attempting to start a worker Process. ...")
+  and raises pickle's own error (AttributeError or PicklingError), to which
+  ``WorkerChoice.start_note`` (``pickling_note``) is added: the part, its class, the start
+  method and the fix;
 - else threads (map-style datasets) or the main process (iterable ones), with one warning
   saying why and how to get processes.
 """
@@ -53,7 +56,7 @@ import torch
 from loaders.errors import ConfigError
 
 __all__ = ["MAX_THREAD_WORKERS", "PICKLING_START_METHODS", "Unsendable", "WorkerChoice", "WorkerInputs", "WorkerType",
-           "choose_workers", "start_method", "unsendable_part"]
+           "choose_workers", "pickling_note", "start_method", "unsendable_part"]
 
 MAX_THREAD_WORKERS = 4  # "auto" picks threads up to this many workers (see the module docstring)
 PICKLING_START_METHODS = frozenset({"spawn", "forkserver"})  # they pickle the worker's arguments
@@ -97,11 +100,21 @@ class WorkerInputs:
 
 @dataclass(frozen=True)
 class WorkerChoice:
-    """The rule's answer: the worker type, the worker count, and the warning to give (None: none)."""
+    """The rule's answer: the worker type, the worker count, the warning to give (None: none), and the note
+    to add to the error of starting worker processes that cannot receive a part (None: none expected)."""
 
     worker_type: WorkerType
     num_workers: int
     warning: str | None = None
+    start_note: str | None = None
+
+
+def pickling_note(unsendable: Unsendable, method: str, *, iterable: bool) -> str:
+    """What to tell a user whose worker processes cannot be started: which part, why, and the fix."""
+    threads = "" if iterable else ", or worker_type='thread'"
+    return (f"loaders: worker processes cannot be started: the {unsendable}, and the {method!r} start method "
+            f"pickles what each worker receives; define it at module level so that pickle can find it, or use "
+            f"multiprocessing_context='fork'{threads}")
 
 
 def choose_workers(given: WorkerInputs) -> WorkerChoice:
@@ -114,10 +127,9 @@ def choose_workers(given: WorkerInputs) -> WorkerChoice:
     why = f"the {given.unsendable}, and the {given.start_method!r} start method pickles what each worker receives"
     asked = (given.requested is WorkerType.PROCESS or given.has_mp_context
              or (given.workers_given and (given.iterable or not (given.releases_gil or given.light_items))))
-    if asked:
-        threads = "" if given.iterable else ", or worker_type='thread'"
-        raise ConfigError(f"worker processes cannot be started: {why}; define it at module level so that pickle "
-                          f"can find it, or use multiprocessing_context='fork'{threads}") from given.unsendable.error
+    if asked:  # as stock: the first iter() fails to start them (torch's warning, pickle's error), with our note
+        note = pickling_note(given.unsendable, given.start_method, iterable=given.iterable)
+        return WorkerChoice(WorkerType.PROCESS, given.num_workers, start_note=note)
     how = ("for worker processes, define it at module level so that pickle can find it, or pass "
            "multiprocessing_context='fork'")
     if given.iterable:

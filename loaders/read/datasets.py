@@ -10,10 +10,12 @@ Both yield samples as dicts::
     {"__key__": str, "__index__": int, "__shard__": str,
      "jpg": bytes, "cls": int, "txt": str, "json": dict, ...}
 
-(media fields stay encoded bytes until a transform decodes them). Both accept an int
-or a ``SampleIndex(index, epoch)`` in ``__getitem__``: a transform that takes a second
-argument receives a numpy Generator keyed by (seed, epoch, index), so augmentation is
-the same whatever the number of workers and after a resume.
+(media fields stay encoded bytes until a transform decodes them). Both accept an int,
+a ``SampleIndex(index, epoch)`` or a ``GridIndex(index, epoch, grid)`` (read by global
+position: ``loaders.DataLoader`` with no sampler) in ``__getitem__``: a transform that
+takes a second argument receives a numpy Generator keyed by (seed, epoch, index), so
+augmentation is the same whatever the number of workers and after a resume.
+``data_identity`` names the shards the indices address (what a resume checks).
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ from loaders.cache import CacheConfig
 from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
 from loaders.read.parquet_meta import row_groups
-from loaders.read.read_plan import ReadPlan, working_set_bytes
+from loaders.read.read_plan import working_set_bytes
+from loaders.read.sample_grid import GridIndex, SampleGrid, data_identity
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
-from loaders.read.transforms import transform_releases_gil
+from loaders.read.transforms import transform_can_defer_decode, transform_releases_gil
 from loaders.validate import invalid
 
 Sample = dict[str, Any]
@@ -133,6 +136,9 @@ class _Keyed(abc.ABC):
         # written with PIL holds it for part of its work: 0.88x stock in threads, issue 20), and one
         # drawing from the global RNGs is only reproducible where each call reseeds them (processes).
         self.releases_gil = transform_releases_gil(transform)
+        # What DataLoader(decode="device" / "auto") needs: the images come from this package's decode
+        # transforms with nothing after them reading the pixels, so workers may hand on decode plans.
+        self.can_defer_decode = transform_can_defer_decode(transform)
         self._warn_if_the_cache_thrashes()
 
     @abc.abstractmethod
@@ -140,8 +146,13 @@ class _Keyed(abc.ABC):
         """Samples in the dataset (all shards)."""
 
     @abc.abstractmethod
-    def __getitem__(self, item: int | SampleIndex) -> Sample:
-        """Sample ``item`` (an int, or a ``SampleIndex`` with its epoch)."""
+    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
+        """Sample ``item`` (an int, or a ``SampleIndex`` / ``GridIndex`` with its epoch)."""
+
+    @property
+    def data_identity(self) -> str:
+        """sha256 (hex) of the shards this dataset's indices address (names, samples, bytes, sha256)."""
+        return data_identity(self.files.manifest().shards)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -154,13 +165,11 @@ class _Keyed(abc.ABC):
         seed = self.seed if seed is None else seed
         sampler = ShardSampler(len(self), shuffle=shuffle, seed=seed, mode=self.order, block_size=self.block_size,
                                drop_last=drop_last, topology=self.topology)
-        plan = ReadPlan(num_samples=len(self), seed=seed, mode=self.order if shuffle else OrderMode.SEQUENTIAL,
-                        block_size=self.block_size, drop_last=drop_last, world_size=sampler.topology.world_size)
-        self.files.set_plan(plan, self.shard_starts, sampler.topology)
+        self.files.set_plan(sampler.read_plan, self.shard_starts, sampler.topology)
         return sampler
 
     @property
-    def __getitems__(self) -> Callable[[Sequence[int | SampleIndex]], list[Sample]]:
+    def __getitems__(self) -> Callable[[Sequence[int | SampleIndex | GridIndex]], list[Sample]]:
         """A batch read at once (only through the node cache: it holds one lease per shard for the batch).
 
         Local reads keep the per-sample path (and the loader's "at sample i" in messages): the
@@ -170,9 +179,10 @@ class _Keyed(abc.ABC):
             raise AttributeError(f"{type(self).__name__} over a local folder reads sample by sample")
         return self._read_batch
 
-    def _read_batch(self, items: Sequence[int | SampleIndex]) -> list[Sample]:
+    def _read_batch(self, items: Sequence[int | SampleIndex | GridIndex]) -> list[Sample]:
         epoch = self._resolve(items[0])[1] if len(items) else self.epoch
-        with self.files.batch(epoch):
+        grid: SampleGrid | None = items[0].grid if len(items) and isinstance(items[0], GridIndex) else None
+        with self.files.batch(epoch, grid):
             return [self[item] for item in items]
 
     def close(self) -> None:
@@ -192,12 +202,13 @@ class _Keyed(abc.ABC):
                           "shards will be downloaded again and again. Use order='blocks' with a smaller block_size, "
                           "or raise cache_limit", stacklevel=3)
 
-    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
-        if isinstance(item, SampleIndex):
+    def _resolve(self, item: int | SampleIndex | GridIndex) -> tuple[int, int]:
+        if isinstance(item, (SampleIndex, GridIndex)):
             return int(item.index), int(item.epoch)
         if isinstance(item, (int, np.integer)):
             return int(item), self.epoch
-        raise TypeError(f"index must be an int or SampleIndex (got {item!r} that is a {type(item).__name__})")
+        raise TypeError(f"index must be an int, SampleIndex or GridIndex (got {item!r} that is a "
+                        f"{type(item).__name__})")
 
     def _apply(self, sample: Sample, index: int, epoch: int) -> Sample:
         if self.transform is None:
@@ -280,7 +291,7 @@ class ShardDataset(_Keyed, torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.shards.num_samples
 
-    def __getitem__(self, item: int | SampleIndex) -> Sample:
+    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
         index, epoch = self._resolve(item)
         if index < 0:
             index += len(self)
@@ -350,7 +361,7 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
         self._local.cache = (g, columns)
         return columns
 
-    def __getitem__(self, item: int | SampleIndex) -> Sample:
+    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
         index, epoch = self._resolve(item)
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} out of range for {len(self)} rows in {self.files.where}")

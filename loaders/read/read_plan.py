@@ -2,7 +2,9 @@
 
 A ``ReadPlan`` holds what draws a rank's samples (the parameters of ``ShardSampler``:
 num_samples, seed, mode, block_size, drop_last, world_size). ``shard_uses`` maps each
-rank's samples of an epoch to the shards holding them and drops consecutive repeats: the
+rank's samples of an epoch (``DistributedSampler``'s split of the order, or, read by global
+position, the rows of a ``SampleGrid``: any batch size, world size and resume point) to
+the shards holding them and drops consecutive repeats: the
 shard-use sequence the node cache plans from (``loaders.cache.ShardCache.plan``), one
 stream per rank (``stream_name``). ``node_ranks`` lists the ranks sharing this node (torchrun
 places ranks ``node * local_world_size + local_rank``). ``working_set_bytes`` is what an
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loaders.read.order import OrderMode, epoch_order, rank_indices
+from loaders.read.sample_grid import SampleGrid
 from loaders.read.topology import Topology
 
 __all__ = ["ReadPlan", "node_ranks", "shard_uses", "stream_name", "stream_rank", "working_set_bytes"]
@@ -56,16 +59,22 @@ def node_ranks(topology: Topology) -> range:
     return range(first, first + topology.local_world_size)
 
 
-def shard_uses(plan: ReadPlan, shard_starts: np.ndarray, epoch: int, ranks: Iterable[int]) -> dict[int, np.ndarray]:
+def shard_uses(plan: ReadPlan, shard_starts: np.ndarray, epoch: int, ranks: Iterable[int],
+               grid: SampleGrid | None = None) -> dict[int, np.ndarray]:
     """Per rank, the shards it opens during ``epoch`` in order (int64 shard numbers, consecutive repeats dropped).
 
     ``shard_starts``: int64 [num_shards + 1], each shard's first sample, then the total
-    (``Manifest.shard_starts``). The epoch's order is drawn once for all ranks.
+    (``Manifest.shard_starts``). ``grid``: the epoch is read by global position on it, from
+    its first batch (a resumed run: only what is left); None: ``DistributedSampler``'s split
+    of the whole epoch. The epoch's order is drawn once for all ranks.
     """
     order = epoch_order(plan.num_samples, seed=plan.seed, epoch=epoch, mode=plan.mode, block_size=plan.block_size)
     found: dict[int, np.ndarray] = {}
     for rank in ranks:
-        samples = rank_indices(order, rank=rank, world_size=plan.world_size, drop_last=plan.drop_last)
+        if grid is not None:
+            samples = order[grid.rank_positions(rank, grid.first_batch)]
+        else:
+            samples = rank_indices(order, rank=rank, world_size=plan.world_size, drop_last=plan.drop_last)
         mine = np.searchsorted(shard_starts, samples, side="right").astype(np.int64) - 1
         if mine.size == 0:
             found[rank] = mine

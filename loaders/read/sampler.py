@@ -23,6 +23,8 @@ import torch.utils.data
 
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
+from loaders.read.read_plan import ReadPlan
+from loaders.read.sample_grid import GridIndex, SampleGrid
 from loaders.read.topology import Topology
 from loaders.validate import check_bool, check_int
 
@@ -51,34 +53,43 @@ class SampleIndex(NamedTuple):
     epoch: int
 
 
-class SampleBatch(Sequence[SampleIndex]):
-    """One batch of a rank's samples: an int64 numpy slice plus the epoch.
+class SampleBatch(Sequence[Any]):
+    """One batch of a rank's samples: an int64 numpy slice plus the epoch (a sequence of indices).
 
     ``SampleIndex`` objects are made only when the batch is read (in the worker), so
     listing an epoch of 10^6 samples costs one numpy split, not 10^6 Python objects.
-    With ``plain`` the batch holds plain ints (for datasets that do not take SampleIndex).
+    With ``plain`` the batch holds plain ints (for datasets that do not take SampleIndex);
+    with ``grid`` (a batch read by global position) ``GridIndex`` values that carry it.
     """
 
-    __slots__ = ("epoch", "indices", "plain")
+    __slots__ = ("epoch", "grid", "indices", "plain")
 
-    def __init__(self, indices: np.ndarray, epoch: int, *, plain: bool = False) -> None:
+    def __init__(self, indices: np.ndarray, epoch: int, *, plain: bool = False,
+                 grid: SampleGrid | None = None) -> None:
         self.indices = indices
         self.epoch = epoch
         self.plain = plain
+        self.grid = grid
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
 
     def __getitem__(self, i: Any) -> Any:  # an int: a SampleIndex (an int when plain); a slice: a SampleBatch
         if isinstance(i, slice):
-            return SampleBatch(self.indices[i], self.epoch, plain=self.plain)
-        index = int(self.indices[i])
-        return index if self.plain else SampleIndex(index, self.epoch)
+            return SampleBatch(self.indices[i], self.epoch, plain=self.plain, grid=self.grid)
+        return self._item(int(self.indices[i]))
 
-    def __iter__(self) -> Iterator[SampleIndex]:
+    def _item(self, index: int) -> Any:
+        if self.plain:
+            return index
+        return SampleIndex(index, self.epoch) if self.grid is None else GridIndex(index, self.epoch, self.grid)
+
+    def __iter__(self) -> Iterator[Any]:
         if self.plain:
             return iter(self.indices.tolist())
-        epoch = self.epoch
+        epoch, grid = self.epoch, self.grid
+        if grid is not None:
+            return (GridIndex(index, epoch, grid) for index in self.indices.tolist())
         return (SampleIndex(index, epoch) for index in self.indices.tolist())
 
     def __eq__(self, other: object) -> bool:
@@ -144,6 +155,12 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
     @property
     def topology(self) -> Topology:
         return self._topology
+
+    @property
+    def read_plan(self) -> ReadPlan:
+        """How every rank's samples are drawn (this sampler's parameters, as pure data)."""
+        return ReadPlan(num_samples=self._num_samples, seed=self._seed, mode=self._mode, block_size=self._block_size,
+                        drop_last=self._drop_last, world_size=self._topology.world_size)
 
     def __len__(self) -> int:
         """Samples this rank yields in a full epoch, whatever the current position."""

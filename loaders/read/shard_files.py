@@ -5,7 +5,8 @@
 - ``manifest()``; ``describe(name)``, an object's path or URL for messages;
   ``read_sidecar(name, parse)``, a small object read whole and parsed; ``check_shard(info)``;
 - ``pread(name, size, offset)`` and ``local_path(name)``: a shard's bytes, inside
-  ``batch(epoch)``, the span of one batch's reads;
+  ``batch(epoch, grid)``, the span of one batch's reads (``grid``: the epoch is read by
+  global position on it, ``loaders.read.sample_grid``);
 - ``tail(name, size, nbytes)``: a shard's last bytes (a Parquet footer) without downloading the shard;
 - ``set_plan(plan, shard_starts, topology)``: how every rank's samples are drawn, once the sampler is known.
 
@@ -15,7 +16,10 @@ fork), shared by threads (pread moves no file position). ``CachedShardFiles`` re
 (the shard it reads), released when it moves to another shard and when the batch ends, so a
 worker waiting for its next batch holds nothing and a small cache always makes progress. The
 first batch of an epoch in a process plans that epoch and the next one for every rank of the
-node (``loaders.read.read_plan``), so the cache prefetches across the epoch boundary.
+node (``loaders.read.read_plan``), so the cache prefetches across the epoch boundary. A batch
+read by global position brings its grid (batch size, world size, where the run began): the
+plan follows it, so after an elastic resume each node plans its new ranks' shards from the
+resume point on, in every process, whenever its copy of the dataset was made.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataprep.remote import RemoteError, is_remote_url
 from loaders.cache import CacheConfig, Lease, ShardCache
 from loaders.errors import ConfigError, ShardError
 from loaders.read.read_plan import ReadPlan, node_ranks, shard_uses, stream_name, stream_rank
+from loaders.read.sample_grid import SampleGrid
 from loaders.read.topology import Topology
 
 __all__ = ["CachedShardFiles", "LocalShardFiles", "ShardFiles", "cache_config", "open_shard_files"]
@@ -58,7 +63,7 @@ class ShardFiles(Protocol):
     def pread(self, name: str, size: int, offset: int) -> bytes: ...
     def local_path(self, name: str) -> Path: ...
     def tail(self, name: str, size: int, nbytes: int) -> bytes: ...
-    def batch(self, epoch: int) -> Any: ...
+    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Any: ...
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None: ...
     def close(self) -> None: ...
 
@@ -149,7 +154,7 @@ class LocalShardFiles:
             return os.pread(f.fileno(), nbytes, size - nbytes)
 
     @contextmanager
-    def batch(self, epoch: int) -> Iterator[None]:
+    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Iterator[None]:
         yield
 
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
@@ -206,6 +211,7 @@ class CachedShardFiles:
         self._dataset = cache.catalog.identity[:12]  # streams of two datasets sharing a folder stay apart
         self._reader = _Reader()
         self._plan_lock = threading.Lock()
+        self._grids: dict[int, SampleGrid | None] = {}  # the grid each epoch was planned with, in this process
 
     @property
     def where(self) -> str:
@@ -252,11 +258,13 @@ class CachedShardFiles:
             raise ShardError(f"{self.describe(name)}: cannot read its last {nbytes} bytes: {err}") from err
 
     @contextmanager
-    def batch(self, epoch: int) -> Iterator[None]:
-        """The reads of one batch of ``epoch`` (nested calls join the outer one); the lease ends with it."""
+    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Iterator[None]:
+        """The reads of one batch of ``epoch`` (nested calls join the outer one); the lease ends with it.
+
+        grid: the epoch is read by global position on it (else by ``DistributedSampler``'s split)."""
         reader = self._reader
         if reader.depth == 0:
-            self._ensure_planned(epoch)
+            self._ensure_planned(epoch, grid)
             reader.epoch = epoch
         reader.depth += 1
         try:
@@ -289,30 +297,37 @@ class CachedShardFiles:
         reader.lease = lease
         return lease
 
-    def _ensure_planned(self, epoch: int) -> None:
-        """Plan ``epoch`` and the next one for every rank of the node, once per process."""
+    def _ensure_planned(self, epoch: int, grid: SampleGrid | None) -> None:
+        """Plan ``epoch`` (on ``grid``) and the next one (from its start) for every rank of the node, once per
+        process and grid."""
         if self._plan is None or self._shard_starts is None:
             return
-        if {epoch, epoch + 1} <= self.cache.planned_epochs:
+        wanted = {epoch: grid, epoch + 1: None if grid is None else grid.fresh()}
+        if not self._unplanned(wanted):
             return
         with self._plan_lock:
-            planned = self.cache.planned_epochs
-            ranks = self._node_ranks()
-            for e in (epoch, epoch + 1):
-                if e not in planned:
-                    uses = shard_uses(self._plan, self._shard_starts, e, ranks)
-                    self.cache.plan(e, {stream_name(self._dataset, r): [self._names[i] for i in shards.tolist()]
-                                        for r, shards in uses.items()})
+            todo = self._unplanned(wanted)
+            world_size = self._topology.world_size if grid is None else grid.world_size
+            ranks = self._node_ranks(world_size)
+            for e, on in todo.items():
+                uses = shard_uses(self._plan, self._shard_starts, e, ranks, on)
+                self.cache.plan(e, {stream_name(self._dataset, r): [self._names[i] for i in shards.tolist()]
+                                    for r, shards in uses.items()})
+                self._grids[e] = on
 
-    def _node_ranks(self) -> list[int]:
+    def _unplanned(self, wanted: dict[int, SampleGrid | None]) -> dict[int, SampleGrid | None]:
+        planned = self.cache.planned_epochs
+        return {e: g for e, g in wanted.items() if e not in planned or e not in self._grids or self._grids[e] != g}
+
+    def _node_ranks(self, world_size: int) -> list[int]:
         """The ranks of this node: from the topology, and any rank whose readers use this folder now (ranks
-        launched with RANK and WORLD_SIZE only do not know their neighbours)."""
+        launched with RANK and WORLD_SIZE only do not know their neighbours); those of ``world_size`` ranks."""
         ranks = set(node_ranks(self._topology))
         for stream in self.cache.node_streams():
             rank = stream_rank(self._dataset, stream)
-            if rank is not None and rank < self._topology.world_size:
+            if rank is not None:
                 ranks.add(rank)
-        return sorted(ranks)
+        return sorted(r for r in ranks if r < world_size)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"cache": self.cache, "plan": self._plan, "shard_starts": self._shard_starts, "topology": self._topology}

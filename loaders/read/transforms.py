@@ -8,7 +8,9 @@ epoch and sample index), so a sample's augmentation is reproducible and resumabl
 
 Crop-and-resize transforms fuse decode, crop and resize (``loaders.read.decode``): the crop
 is drawn from the header's size alone, then the JPEG decodes at the smallest DCT scale
-that still covers the output resolution.
+that still covers the output resolution. Inside ``loaders.read.decode_plan.planning()``
+(``DataLoader(decode="device")``) the image transforms draw the same crop and flip and
+return an ``EncodedImage`` (the bytes and that plan) for the loader's device decoder.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from loaders.read.decode import (
     pil_filter,
     resolve_backend,
 )
+from loaders.read.decode_plan import is_planning, plan_crop, plan_full
 from loaders.validate import invalid
 
 IMAGE_FIELDS = ("jpg", "jpeg", "png", "webp")  # searched in this order when `field` is None
@@ -52,6 +55,19 @@ def transform_releases_gil(transform: Callable[..., Any] | None) -> bool:
     so thread workers running it in parallel scale (this package's transforms do; a user's own
     function is not known to, unless it declares so itself). None (no transform) counts as True."""
     return transform is None or getattr(transform, "releases_gil", False) is True
+
+
+def transform_can_defer_decode(transform: Callable[..., Any] | None) -> bool:
+    """Whether ``transform``'s images may be handed on as decode plans and decoded on the device
+    (``DataLoader(decode="device")``): one of this package's image decode transforms, or a ``Compose``
+    of this package's transforms holding at least one (nothing after them reads the pixels)."""
+    if isinstance(transform, (RandomResizedCropDecode, CenterCropDecode, DecodeImage)):
+        return True
+    if isinstance(transform, Compose):
+        ours = (RandomResizedCropDecode, CenterCropDecode, DecodeImage, DecodeLabel)
+        return (all(isinstance(t, ours) for t in transform.transforms)
+                and any(transform_can_defer_decode(t) for t in transform.transforms))
+    return False
 
 
 def random_resized_crop_box(width: int, height: int, scale: tuple[float, float], ratio: tuple[float, float],
@@ -188,7 +204,11 @@ class DecodeImage:
     def __call__(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         field, data = _image_data(sample, self.field)
         try:
-            image = decode_rgb(data, backend=self.backend)
+            if is_planning():
+                image: Any = plan_full(data, backend=self.backend, key=str(sample.get("__key__", "")),
+                                       index=_sample_index(sample))
+            else:
+                image = decode_rgb(data, backend=self.backend)
         except SampleError as err:
             raise _sample_error(sample, field, err) from (err.__cause__ or err)
         return _replace(sample, field, self.out_field, image)
@@ -257,14 +277,23 @@ def _check_decode_options(transform: RandomResizedCropDecode | CenterCropDecode)
 
 def _decode_crop(transform: RandomResizedCropDecode | CenterCropDecode, sample: dict[str, Any],
                  place: Callable[[int, int], tuple[Box, bool]]) -> dict[str, Any]:
-    """Decode the box ``place(width, height)`` chooses (and whether to flip) at ``transform.size``."""
+    """Decode the box ``place(width, height)`` chooses (and whether to flip) at ``transform.size``;
+    inside ``planning()``, the same draws as a plan (``EncodedImage``)."""
     field, data = _image_data(sample, transform.field)
     out_h, out_w = cast(tuple[int, int], transform.size)  # normalised by __post_init__
+    interpolation = Interpolation(transform.interpolation)  # normalised by __post_init__
     try:
         width, height = image_size(data)
         box, flip = place(width, height)
-        image = decode_crop_resize(data, box, (out_w, out_h), flip=flip, resample=transform.interpolation,
-                                   backend=transform.backend)
+        if is_planning():
+            left, top, box_w, box_h = box
+            image: Any = plan_crop(data, (width, height), (float(left), float(top), float(box_w), float(box_h)),
+                                   (out_w, out_h), flip=flip, interpolation=interpolation,
+                                   backend=transform.backend, key=str(sample.get("__key__", "")),
+                                   index=_sample_index(sample))
+        else:
+            image = decode_crop_resize(data, box, (out_w, out_h), flip=flip, resample=interpolation,
+                                       backend=transform.backend)
     except SampleError as err:
         raise _sample_error(sample, field, err) from (err.__cause__ or err)
     return _replace(sample, field, transform.out_field, image)

@@ -82,6 +82,7 @@ class TokenSource:
     """
 
     key = KEY_TOKENS
+    identifies_data = True  # the stream checks its data: the loader does not compare dataset_len
 
     def __init__(self, stream: TokenStream, request: SourceRequest) -> None:
         self.stream = stream

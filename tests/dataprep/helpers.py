@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
@@ -184,17 +183,6 @@ def write_text(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def photo(width: int = 96, height: int = 64, seed: int = 0) -> np.ndarray:
-    """uint8 [H, W, 3]: smooth colour gradients plus grain, so JPEG scans hold real entropy-coded data."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    base = np.stack([xx / width * 220 + 20, yy / height * 200 + 30, (xx + yy) / (width + height) * 160 + 60], axis=-1)
-    return np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
-
-
-def jpeg_bytes(width: int = 96, height: int = 64, seed: int = 0, **params: object) -> bytes:
-    """A photo-like JPEG (``photo``) at quality 90."""
-    return encode(Image.fromarray(photo(width, height, seed)), "JPEG", quality=90, **params)
 
 
 def png_header_only(width: int, height: int, pixel_bytes: int = 0) -> bytes:

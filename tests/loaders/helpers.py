@@ -4,7 +4,9 @@ and the small datasets the loop tests share.
 Images: ``photo_pixels`` (uint8 [H, W, 3], the texture of ``dataprep.synthetic.photo_like``),
 ``photo_jpeg`` (it encoded, with Pillow's options), ``smooth_images`` (float [B, 3, H, W] in
 0..1, upsampled noise, for batched device ops) and ``smooth_batch`` (the same as uint8
-[B, H, W, 3], what a loader hands over). Waiting: ``wait_until`` (a condition, polled, with
+[B, H, W, 3], what a loader hands over); ``image_flavours`` (the encoded images a device decoder
+may or may not take, broken ones on purpose) and ``write_image_shards`` (any bytes as the ``jpg``
+field of adopted WebDataset shards). Waiting: ``wait_until`` (a condition, polled, with
 a liveness limit: a hang fails, a slow machine does not). Processes and threads:
 ``children_of_self``, ``is_alive``, ``loader_threads``. The loop tests (``tests/loaders/loops/``):
 their datasets (``RangeDataset`` and kin), ``WORKER_SETUPS``, ``make_loader``, ``uninterrupted``
@@ -17,9 +19,11 @@ import contextlib
 import io
 import multiprocessing
 import os
+import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,24 +33,80 @@ from PIL import Image
 from torch.utils.data import DataLoader as StockLoader
 from torch.utils.data import Dataset
 
-from dataprep.synthetic import photo_like
 from loaders import DataLoader
 from loaders.loader.batch_source import Job
+from tests.samples import photo_pixels
 
 # ---------------------------------------------------------------- images
 
 
-def photo_pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
-    """A photo-like RGB image: uint8 [H, W, 3], CPU, a function of ``seed``."""
-    return photo_like(height, width, np.random.default_rng(seed))
 
 
-def photo_jpeg(height: int, width: int, *, seed: int = 0, mode: str = "RGB", quality: int = 90,
-               **options: object) -> bytes:
-    """``photo_pixels(height, width, seed)`` as a JPEG (converted to ``mode`` first), with Pillow's ``options``."""
-    buffer = io.BytesIO()
-    Image.fromarray(photo_pixels(height, width, seed)).convert(mode).save(buffer, "JPEG", quality=quality, **options)
-    return buffer.getvalue()
+def _scrambled(data: bytes, start: int, count: int) -> bytes:
+    """``data`` with up to ``count`` bytes from ``start`` changed, no marker made or lost."""
+    out = bytearray(data)
+    for at in range(start, start + count):
+        if 0xFF not in (out[at], out[at - 1]):
+            out[at] = min((out[at] * 7 + 13) % 256, 0xFE)
+    return bytes(out)
+
+
+def _scan_header(data: bytes, which: int) -> int:
+    """The offset of the ``which``-th SOS marker of a JPEG."""
+    found = [at for at in range(len(data) - 1) if data[at] == 0xFF and data[at + 1] == 0xDA]
+    return found[which]
+
+
+def image_flavours(height: int = 96, width: int = 128, seed: int = 0) -> dict[str, bytes]:
+    """Encoded images of one photo, by what a device decoder makes of them.
+
+    Device-decodable JPEGs: "baseline", "progressive", "gray", "444" (no chroma subsampling);
+    decoded in the worker (``loaders.read.decode_plan.Fallback``): "png", "webp", "cmyk",
+    "truncated" (the CPU path fails on it); "bad_scan": a scrambled scan, which strict decoders
+    (simplejpeg, maybe nvJPEG) refuse and Pillow decodes (to garbage); "broken_progressive": a
+    progressive JPEG whose second scan header is invalid, which passes every check a worker makes
+    and no decoder decodes.
+    """
+    pixels = photo_pixels(height, width, seed)
+
+    def encode(fmt: str, mode: str = "RGB", **options: object) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).convert(mode).save(buffer, fmt, **options)
+        return buffer.getvalue()
+
+    baseline = encode("JPEG", quality=90)
+    progressive = encode("JPEG", quality=90, progressive=True)
+    broken = bytearray(progressive)
+    second = _scan_header(progressive, 1)
+    broken[second + 5 + 2 * progressive[second + 4]] = 70  # spectral selection start past 63
+    return {"baseline": baseline, "progressive": progressive, "gray": encode("JPEG", "L", quality=90),
+            "444": encode("JPEG", quality=90, subsampling=0), "png": encode("PNG"), "webp": encode("WEBP"),
+            "cmyk": encode("JPEG", "CMYK", quality=90), "truncated": baseline[:len(baseline) // 2],
+            "bad_scan": _scrambled(baseline, _scan_header(baseline, 0) + 200, 40),
+            "broken_progressive": bytes(broken)}
+
+
+def write_image_shards(directory: Path, images: Sequence[bytes], per_shard: int = 5) -> Path:
+    """WebDataset tars of samples ``{key}.jpg`` (whatever bytes ``images`` holds) and ``{key}.cls`` (the
+    sample's number), adopted with ``dataprep index``: a ``ShardDataset`` directory."""
+    from dataprep.cli import main as dataprep_main
+
+    directory.mkdir(parents=True)
+    for first in range(0, len(images), per_shard):
+        with tarfile.open(directory / f"part-{first // per_shard:03d}.tar", "w") as tar:
+            for index in range(first, min(first + per_shard, len(images))):
+                for suffix, data in (("jpg", images[index]), ("cls", str(index).encode())):
+                    member = tarfile.TarInfo(f"sample{index:05d}.{suffix}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+    assert dataprep_main(["index", str(directory)]) == 0
+    return directory
+
+
+def level_difference(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> float:
+    """Mean absolute difference of two uint8 images (numpy or CPU tensors), in 8-bit levels."""
+    left, right = (np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.int16) for x in (a, b))
+    return float(np.abs(left - right).mean())
 
 
 def smooth_images(count: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
@@ -186,6 +246,15 @@ class BlockedDataset(RangeDataset):
         self.reading.set()
         self.release.wait(self.limit_s)
         return torch.tensor(index)
+
+
+def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
+    """A loader state after ``torch.save`` and ``torch.load(weights_only=True)``, as a checkpoint keeps it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return loaded
 
 
 def flat(batches: list[Any]) -> list[Any]:

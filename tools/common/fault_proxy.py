@@ -50,11 +50,12 @@ class FaultKind(enum.StrEnum):
 
 @dataclass
 class Fault:
-    """One rule: requests of ``method`` whose key contains ``key`` get ``kind``.
+    """One rule: requests of ``method`` whose key contains ``key`` (is ``key``, with ``exact``) get ``kind``.
 
     ``times``: how many matching requests it breaks (None: all); ``fraction``: the chance
     that a matching request is broken (drawn from the proxy's seeded generator);
-    ``query``: a substring the query must contain (e.g. ``"partNumber=2"``).
+    ``query``: a substring the query must contain (e.g. ``"partNumber=2"``); ``exact``: the
+    key must be ``key`` itself (a shard's rule then leaves its ``.idx`` sidecar alone).
     """
 
     kind: FaultKind
@@ -64,6 +65,7 @@ class Fault:
     fraction: float = 1.0
     after_bytes: int = 0
     query: str = ""
+    exact: bool = False
     applied: int = field(default=0, init=False)
 
     def matches(self, method: str, key: str, query: str) -> bool:
@@ -71,7 +73,7 @@ class Fault:
             return False
         if self.times is not None and self.applied >= self.times:
             return False
-        return self.key in key and self.query in query
+        return (key == self.key if self.exact else self.key in key) and self.query in query
 
 
 class _Stats:

@@ -1,5 +1,5 @@
-"""JPEG decode rate: Pillow and the loader's crop decode on CPU threads vs torchvision's batched GPU decode
-(gpu_bench part 4)."""
+"""JPEG decode rate: Pillow and the loader's crop decode on CPU threads vs torchvision's batched GPU decode and the
+loader's own device decode (``decode="device"``: decode + crop + resize of planned batches) (gpu_bench part 4)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def measure_decode(device: torch.device, jpegs: Sequence[bytes], *, threads: int
 
     cpu_full_img_s: Pillow, full size to RGB; cpu_loader_crop_img_s: the loader's
     ``RandomResizedCropDecode(side)`` (draft-mode decode at the DCT scale the crop allows,
-    crop, resize, flip); then the GPU figures of ``gpu_decode_rates``, or ``gpu_skipped``
-    (why) off CUDA.
+    crop, resize, flip); the loader's device decode (``device_decode_rates``: on CUDA nvJPEG,
+    elsewhere the host decoder); then the GPU figures of ``gpu_decode_rates``, or
+    ``gpu_skipped`` (why) off CUDA.
     """
     from loaders import RandomResizedCropDecode
 
@@ -77,9 +78,47 @@ def measure_decode(device: torch.device, jpegs: Sequence[bytes], *, threads: int
                            "threads": threads,
                            "cpu_full_img_s": threaded_img_s(jpegs, _pillow_rgb, threads),
                            "cpu_loader_crop_img_s": threaded_img_s(jpegs, lambda d: crop({"jpg": d}, rng), threads)}
+    out.update(device_decode_rates(device, jpegs, side=side, batch=batch))
+    if "device_crop_img_s" in out:
+        out["device_vs_cpu_crop"] = out["device_crop_img_s"] / out["cpu_loader_crop_img_s"]
     if device.type != "cuda":
         return {**out, "gpu_skipped": "no CUDA device"}
     return {**out, **gpu_decode_rates(device, jpegs, side=side, batch=batch)}
+
+
+def device_decode_rates(device: torch.device, jpegs: Sequence[bytes], *, side: int, batch: int) -> dict[str, Any]:
+    """The loader's ``decode="device"`` path on ``device`` over ``jpegs``, in batches of ``batch``.
+
+    device_crop_img_s: decode + random crop + resize to side x side + flip on the device
+    (``loaders.batch_decode.DeviceDecode``) of batches already planned and packed (the workers'
+    part, not timed); device_decoder: which decoder; device_mad_mean / device_mad_worst: mean
+    absolute difference (8-bit levels) from the CPU path's crop of the same draws, over all
+    images / for the worst; or ``device_skipped`` (why).
+    """
+    from loaders import RandomResizedCropDecode
+    from loaders.batch_decode import DeviceDecode, device_decoder_problem, make_decoder, pack_encoded
+    from loaders.read.decode_plan import planning
+
+    problem = device_decoder_problem(device)
+    if problem is not None:
+        return {"device_skipped": problem}
+    crop = RandomResizedCropDecode(side, field="jpg")
+    samples = [{"jpg": data, "__index__": i} for i, data in enumerate(jpegs)]
+    with planning():
+        plans = [crop(dict(s), np.random.default_rng(i))["image"] for i, s in enumerate(samples)]
+    pinned = device.type == "cuda"
+    packed = [pack_encoded(plans[k:k + batch], lambda shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=pinned))
+              for k in range(0, len(plans), batch)]
+    decoder = DeviceDecode(device, make_decoder(device))
+    try:
+        ms = host_time_ms(lambda: [decoder.decode_field(encoded) for encoded in packed], device, repeats=3)
+        images = torch.cat([decoder.decode_field(encoded)[0].cpu() for encoded in packed]).numpy()
+    finally:
+        decoder.close()
+    cpu = [crop(dict(s), np.random.default_rng(i))["image"] for i, s in enumerate(samples)]
+    mads = [float(np.abs(c.astype(np.int16) - d.astype(np.int16)).mean()) for c, d in zip(cpu, images)]
+    return {"device_crop_img_s": len(jpegs) * 1e3 / ms, "device_decoder": decoder.decoder.name,
+            "device_mad_mean": float(np.mean(mads)), "device_mad_worst": max(mads)}
 
 
 def gpu_decode_rates(device: torch.device, jpegs: Sequence[bytes], *, side: int, batch: int) -> dict[str, Any]:

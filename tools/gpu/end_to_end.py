@@ -104,6 +104,8 @@ def fed_row(device: torch.device, sizes: Sizes, step: Callable[..., None], feed:
     warmup, steps = fed_steps(sizes, num_workers)
     try:
         loader = feed.make(num_workers, (warmup + steps) * sizes.batch)
+        if getattr(loader, "decode", None) is not None:  # where ours decoded ("auto" resolved)
+            row["decode"] = str(loader.decode)
         try:
             fed = run_fed(loader, step, device, steps, warmup, feed.prepare)
         finally:
@@ -123,7 +125,8 @@ def fed_row(device: torch.device, sizes: Sizes, step: Callable[..., None], feed:
 def measure_end_to_end(device: torch.device, sizes: Sizes, step: Callable[..., None], feeds: Sequence[Feed],
                        workers: Sequence[int], *, deadline: float | None = None,
                        on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Part 3: the ceiling (data already on the device) vs each feed at each worker count.
+    """Part 3: the ceiling (data already on the device) vs each feed at each worker count
+    (``workers``, or the feed's own ``Feed.workers``).
 
     deadline: a ``time.monotonic()`` past which the remaining rows are skipped (recorded
     so); on_row: called with the results so far after each row (to save them at once).
@@ -131,7 +134,7 @@ def measure_end_to_end(device: torch.device, sizes: Sizes, step: Callable[..., N
     ceiling = measure_ceiling(device, sizes, step)
     out: dict[str, Any] = {"ceiling_img_s": ceiling["img_s"], "ceiling_gpu_idle_fraction": ceiling["gpu_idle_fraction"],
                            "fed": []}
-    for feed, num_workers in itertools.product(feeds, workers):
+    for feed, num_workers in ((f, n) for f in feeds for n in (f.workers or workers)):
         if deadline is not None and time.monotonic() > deadline:
             row = {"feed": feed.name, "num_workers": num_workers, "skipped": BUDGET_SPENT}
         else:

@@ -41,17 +41,22 @@ def cycled_indices(num_samples: int, count: int, seed: int = 0) -> list[int]:
 @dataclasses.dataclass(frozen=True)
 class Feed:
     """One data source of part 3: ``make(num_workers, samples)`` builds its loader, which
-    yields (images, labels) that ``prepare`` (None: labels only) turns into step inputs."""
+    yields (images, labels) that ``prepare`` (None: labels only) turns into step inputs;
+    ``workers``: the worker counts of its rows (empty: the run's)."""
 
     name: str
     make: Callable[[int, int], Any]
     prepare: Prepare | None = None
+    workers: tuple[int, ...] = ()
 
 
-def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device, worker_type: str = "auto") -> Feed:
-    """``loaders.DataLoader(device=...)`` over dataprep shards: the fused decode + random crop
-    + flip on the CPU (``RandomResizedCropDecode``), uint8 to the device, normalised there
-    to bf16 channels_last (``Augment`` with no ops): the stock feed's transforms, split."""
+def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device, worker_type: str = "auto",
+              decode: str = "cpu", workers: tuple[int, ...] = ()) -> Feed:
+    """``loaders.DataLoader(device=..., decode=...)`` over dataprep shards: the random crop + flip
+    (``RandomResizedCropDecode``) decoded on the CPU in the workers (``decode="cpu"``, the fused
+    decode) or on the device (``decode="device"``: the workers draw the crop, the device decodes
+    the batch), uint8 on the device, normalised there to bf16 channels_last (``Augment`` with no
+    ops): the stock feed's transforms, split."""
     from loaders import DataLoader, RandomResizedCropDecode, ShardDataset
 
     def make(num_workers: int, samples: int) -> Any:
@@ -60,9 +65,9 @@ def ours_feed(name: str, shards: Path, sizes: Sizes, device: torch.device, worke
         # drop_last: a short last batch would be a new shape for cuDNN to autotune.
         return DataLoader(dataset, batch_size=sizes.batch, num_workers=num_workers, device=str(device),
                           sampler=cycled_indices(len(dataset), samples), drop_last=True, device_transform=augment,
-                          worker_type=worker_type)
+                          worker_type=worker_type, decode=decode)
 
-    return Feed(name, make)
+    return Feed(name, make, workers=workers)
 
 
 class RawImageFolder(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
@@ -123,7 +128,7 @@ def stock_dataset(raw_images: Path, side: int) -> tuple[torch.utils.data.Dataset
     return torchvision.datasets.ImageFolder(str(raw_images), transform=transform), "torchvision"
 
 
-def stock_feed(name: str, raw_images: Path, sizes: Sizes, device: torch.device) -> Feed:
+def stock_feed(name: str, raw_images: Path, sizes: Sizes, device: torch.device, workers: tuple[int, ...] = ()) -> Feed:
     """``torch.utils.data.DataLoader`` over the raw files with float32 transforms on the CPU
     (worker processes, pinned batches), copied and cast to bf16 channels_last by the step."""
     dataset, _ = stock_dataset(raw_images, sizes.side)
@@ -138,4 +143,4 @@ def stock_feed(name: str, raw_images: Path, sizes: Sizes, device: torch.device) 
         images = images.to(device, non_blocking=True).to(torch.bfloat16, memory_format=torch.channels_last)
         return images, (labels.to(device, non_blocking=True) % 1000).long()
 
-    return Feed(name, make, prepare)
+    return Feed(name, make, prepare, workers)

@@ -33,15 +33,20 @@ def render_augment(aug: dict[str, Any], title: str) -> str:
     return f"{table}\n{kernels}"
 
 
+def _target(met: bool | None) -> str:
+    return "" if met is None else ("target met" if met else "target missed")
+
+
 def render_end_to_end(e2e: dict[str, Any], title: str) -> str:
     if "skipped" in e2e:
         return f"{title}: skipped ({e2e['skipped']})"
-    rows = [[r["feed"], r["num_workers"], r.get("steps"), r.get("img_s"), _pct(r.get("wait_fraction")),
-             _pct(r.get("gpu_idle_fraction")), r.get("ratio_to_ceiling"), r.get("error") or r.get("skipped") or ""]
-            for r in e2e["fed"]]
+    rows = [[r["feed"], r["num_workers"], r.get("decode", ""), r.get("steps"), r.get("img_s"),
+             _pct(r.get("wait_fraction")), _pct(r.get("gpu_idle_fraction")), r.get("ratio_to_ceiling"),
+             r.get("error") or r.get("skipped") or _target(r.get("meets_target"))] for r in e2e["fed"]]
     idle = e2e.get("ceiling_gpu_idle_fraction")
     idle_text = "" if idle is None else f", GPU idle {100 * idle:.1f}%"
-    return format_table(["feed", "workers", "timed steps", "img/s", "waiting %", "GPU idle %", "of ceiling", "note"],
+    return format_table(["feed", "workers", "decode", "timed steps", "img/s", "waiting %", "GPU idle %", "of ceiling",
+                         "note"],
                         rows, title=f"{title}; ceiling (data already on the device) {e2e['ceiling_img_s']:.0f} img/s"
                                     f"{idle_text}")
 
@@ -52,8 +57,17 @@ def render_decode(decode: dict[str, Any], title: str) -> str:
     rows = [[f"CPU Pillow full decode, {decode['threads']} threads", decode["cpu_full_img_s"]],
             [f"CPU loader crop decode, {decode['threads']} threads", decode["cpu_loader_crop_img_s"]],
             ["GPU decode_jpeg, batched", decode.get("gpu_full_img_s")],
-            ["GPU decode_jpeg + resize", decode.get("gpu_resize_img_s")]]
-    note = f" (GPU: {decode['gpu_skipped']})" if "gpu_skipped" in decode else ""
+            ["GPU decode_jpeg + resize", decode.get("gpu_resize_img_s")],
+            [f"loader decode='device' + crop + resize ({decode.get('device_decoder', 'n/a')})",
+             decode.get("device_crop_img_s")]]
+    notes = [f"GPU: {decode['gpu_skipped']}"] if "gpu_skipped" in decode else []
+    if "device_skipped" in decode:
+        notes.append(f"decode='device': {decode['device_skipped']}")
+    if "device_vs_cpu_crop" in decode:
+        notes.append(f"decode='device' {decode['device_vs_cpu_crop']:.2f}x the CPU crop path (target >= 5x), "
+                     f"{decode['device_mad_mean']:.2f} levels from its pixels (worst image "
+                     f"{decode['device_mad_worst']:.2f})")
+    note = f" ({'; '.join(notes)})" if notes else ""
     return format_table(["decoder", "img/s"], rows,
                         title=f"{title}: {decode['images']} JPEGs, mean {decode['mean_kib']:.0f} KiB{note}")
 

@@ -1,4 +1,5 @@
-"""The workload gpu_bench measures against: run sizes and a ResNet-50 training step with its batch on the device."""
+"""The workload gpu_bench measures against: run sizes and a ResNet-50 (or ResNet-18) training step with its batch on
+the device."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from tools.gpu.resnet import resnet50
+from tools.gpu.resnet import resnet18, resnet50
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+MODELS = {"resnet50": resnet50, "resnet18": resnet18}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +36,15 @@ FULL = Sizes(batch=256, side=224, width=64, steps=30, images=1024, fed_steps_per
 SMOKE = Sizes(batch=4, side=32, width=8, steps=2, images=24, fed_steps_per_worker=1)
 
 
-def train_step_fn(device: torch.device, sizes: Sizes) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """A ResNet-50 SGD step (AMP bf16, channels_last) on ``device`` as ``step(images, labels)``.
+def train_step_fn(device: torch.device, sizes: Sizes,
+                  model_name: str = "resnet50") -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """A ResNet-50 (or ``model_name`` of ``MODELS``) SGD step (AMP bf16, channels_last) on ``device`` as
+    ``step(images, labels)``.
 
     images: bfloat16 [B, 3, side, side] channels_last; labels: int64 [B] in 0..999; both on
     ``device``. bf16 has fp32's exponent range, so no GradScaler (fp16 would need one).
     """
-    model = resnet50(width=sizes.width).train()
+    model = MODELS[model_name](width=sizes.width).train()
     # Module.to takes memory_format at run time; torch's stubs list only device/dtype/tensor overloads.
     model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]  # see above
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)

@@ -23,7 +23,7 @@ from tools.review.source import Module
 LAYERS: dict[str, tuple[str, ...]] = {
     "dataprep": ("errors", "formats", "remote", "output", "inputs", "clean", "tokenize", "plan", "engines",
                  "commands", "cli", "synthetic"),
-    "loaders": ("errors", "validate", "cache", "read", "augment", "loader", "tokens"),
+    "loaders": ("errors", "validate", "cache", "read", "augment", "batch_decode", "loader", "tokens"),
 }
 # What loaders may import of dataprep: the shard formats and the object-store client.
 LOADERS_READS_DATAPREP = ("dataprep.formats", "dataprep.remote")

@@ -17,7 +17,8 @@ from dataprep.clean.images import clean_image, target_size
 from dataprep.clean.options import ImageFormat, ImageOptions
 from dataprep.formats.samples import CleanRecord
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
-from tests.dataprep.helpers import decoded, jpeg_bytes, photo, png_header_only
+from tests.dataprep.helpers import decoded, png_header_only
+from tests.samples import photo_jpeg, photo_pixels
 from tests.samples import encode
 
 MakeRecord = Callable[..., RawRecord]
@@ -67,7 +68,7 @@ def with_orientation(image: Image.Image, fmt: str, orientation: int, **params: o
 
 
 def test_plain_rgb_jpeg_keeps_its_bytes_and_gets_cls_and_json(record: MakeRecord) -> None:
-    data = jpeg_bytes(96, 64)
+    data = photo_jpeg(64, 96)
     result = kept(clean_image(record({"jpg": data}, label="cat"), ImageOptions(), 3))
     assert result.fields["jpg"] == data
     assert result.fields["cls"] == b"3"
@@ -77,14 +78,14 @@ def test_plain_rgb_jpeg_keeps_its_bytes_and_gets_cls_and_json(record: MakeRecord
 
 
 def test_jpeg_with_upright_exif_and_no_needed_resize_keeps_its_bytes(record: MakeRecord) -> None:
-    data = with_orientation(Image.fromarray(photo(96, 64)), "JPEG", 1, quality=90)
+    data = with_orientation(Image.fromarray(photo_pixels(64, 96)), "JPEG", 1, quality=90)
     result = kept(clean_image(record({"jpeg": data}), ImageOptions(resize_short=64), None))
     assert result.fields["jpg"] == data  # field named by the encoding, not the input extension
     assert "cls" not in result.fields
 
 
 def test_cleaning_is_deterministic(record: MakeRecord) -> None:
-    raw = record({"png": encode(Image.fromarray(photo(80, 60)).convert("RGBA"), "PNG")})
+    raw = record({"png": encode(Image.fromarray(photo_pixels(60, 80)).convert("RGBA"), "PNG")})
     for opts in (ImageOptions(resize_short=40), PNG_OUT):
         first, second = clean_image(raw, opts, 1), clean_image(raw, opts, 1)
         assert kept(first).fields == kept(second).fields
@@ -94,7 +95,7 @@ def test_cleaning_is_deterministic(record: MakeRecord) -> None:
 
 
 def test_missing_file_is_unreadable(record: MakeRecord) -> None:
-    raw = record({"jpg": jpeg_bytes()})
+    raw = record({"jpg": photo_jpeg(64, 96)})
     os.unlink(raw.files["jpg"])
     result = rejected(clean_image(raw, ImageOptions(), None), RejectReason.UNREADABLE)
     assert "No such file" in result.detail and raw.files["jpg"] in result.detail
@@ -117,14 +118,14 @@ def test_record_without_image_field_has_no_media(record: MakeRecord) -> None:
 
 @pytest.mark.parametrize("cut", [0.5, 0.9, 0.02])
 def test_jpeg_cut_short_is_truncated(record: MakeRecord, jpeg_decoder: str, cut: float) -> None:
-    data = jpeg_bytes()
+    data = photo_jpeg(64, 96)
     rejected(clean_image(record({"jpg": data[: int(len(data) * cut)]}), SMALL, None), RejectReason.TRUNCATED)
 
 
 @needs_simplejpeg
 @pytest.mark.parametrize("damage", ["random", "zeros", "cut_then_eoi"])
 def test_damaged_jpeg_scan_that_pillow_accepts_is_corrupt(record: MakeRecord, damage: str) -> None:
-    data = jpeg_bytes(seed=1)
+    data = photo_jpeg(64, 96, seed=1)
     mid = scan_middle(data)
     if damage == "random":
         broken = data[:mid] + np.random.default_rng(0).integers(0, 256, 200,
@@ -139,7 +140,7 @@ def test_damaged_jpeg_scan_that_pillow_accepts_is_corrupt(record: MakeRecord, da
 
 
 def test_marker_written_into_scan_is_rejected_by_both_decoders(record: MakeRecord, jpeg_decoder: str) -> None:
-    data = jpeg_bytes(seed=2)
+    data = photo_jpeg(64, 96, seed=2)
     mid = scan_middle(data)
     broken = data[:mid] + b"\xff\xc0\x00\x11" + bytes(13) + data[mid + 17 :]  # a bogus SOF in the scan
     result = clean_image(record({"jpg": broken}), SMALL, None)
@@ -147,7 +148,7 @@ def test_marker_written_into_scan_is_rejected_by_both_decoders(record: MakeRecor
 
 
 def test_damaged_png_data_is_corrupt_and_cut_png_truncated(record: MakeRecord) -> None:
-    data = encode(Image.fromarray(photo()), "PNG")
+    data = encode(Image.fromarray(photo_pixels(64, 96)), "PNG")
     idat = data.index(b"IDAT") + 4
     broken = data[: idat + 40] + bytes(64) + data[idat + 104 :]
     rejected(clean_image(record({"png": broken}), SMALL, None), RejectReason.CORRUPT)
@@ -156,15 +157,15 @@ def test_damaged_png_data_is_corrupt_and_cut_png_truncated(record: MakeRecord) -
 
 
 def test_cut_webp_is_truncated(record: MakeRecord) -> None:
-    data = encode(Image.fromarray(photo()), "WEBP", quality=80)
+    data = encode(Image.fromarray(photo_pixels(64, 96)), "WEBP", quality=80)
     rejected(clean_image(record({"webp": data[: len(data) // 2]}), SMALL, None), RejectReason.TRUNCATED)
 
 
 def test_too_small_uses_the_size_after_exif_orientation(record: MakeRecord) -> None:
-    data = with_orientation(Image.fromarray(photo(100, 40)), "JPEG", 6)
+    data = with_orientation(Image.fromarray(photo_pixels(40, 100)), "JPEG", 6)
     result = rejected(clean_image(record({"jpg": data}), ImageOptions(min_side=50), None), RejectReason.TOO_SMALL)
     assert "40x100" in result.detail
-    rejected(clean_image(record({"jpg": jpeg_bytes(8, 8)}), ImageOptions(), None), RejectReason.TOO_SMALL)
+    rejected(clean_image(record({"jpg": photo_jpeg(8, 8)}), ImageOptions(), None), RejectReason.TOO_SMALL)
 
 
 def test_pixel_count_is_checked_before_decoding(record: MakeRecord) -> None:
@@ -185,7 +186,7 @@ def test_decompression_bombs_are_too_large(record: MakeRecord, side: int) -> Non
 
 
 def test_cmyk_jpeg_becomes_rgb_with_similar_colours(record: MakeRecord) -> None:
-    pixels = photo(64, 48)
+    pixels = photo_pixels(48, 64)
     data = encode(Image.fromarray(pixels).convert("CMYK"), "JPEG", quality=95)
     out = decoded(kept(clean_image(record({"jpg": data}), SMALL, None)).fields["jpg"])
     assert (out.mode, out.size) == ("RGB", (64, 48))
@@ -193,7 +194,7 @@ def test_cmyk_jpeg_becomes_rgb_with_similar_colours(record: MakeRecord) -> None:
 
 
 def test_grey_jpeg_is_reencoded_as_rgb(record: MakeRecord) -> None:
-    data = encode(Image.fromarray(photo()).convert("L"), "JPEG", quality=90)
+    data = encode(Image.fromarray(photo_pixels(64, 96)).convert("L"), "JPEG", quality=90)
     result = kept(clean_image(record({"jpg": data}), SMALL, None))
     assert result.fields["jpg"] != data and decoded(result.fields["jpg"]).mode == "RGB"
 
@@ -231,7 +232,7 @@ def test_16_bit_grey_png_is_scaled_not_clipped(record: MakeRecord) -> None:
 
 
 def test_gif_and_webp_and_bmp_and_tiff_are_reencoded_as_jpeg(record: MakeRecord) -> None:
-    image = Image.fromarray(photo(48, 40))
+    image = Image.fromarray(photo_pixels(40, 48))
     for field, data in (("gif", encode(image, "GIF")), ("webp", encode(image, "WEBP", lossless=True)),
                         ("bmp", encode(image, "BMP")), ("tiff", encode(image, "TIFF"))):
         out = kept(clean_image(record({field: data}), SMALL, None))
@@ -258,34 +259,35 @@ def test_exif_orientation_6_turns_the_image_and_drops_exif(record: MakeRecord, j
 )
 def test_resize_only_downscales(record: MakeRecord, jpeg_decoder: str, opts: ImageOptions,
                                 size: tuple[int, int]) -> None:
-    data = jpeg_bytes(120, 80)
+    data = photo_jpeg(80, 120)
     result = kept(clean_image(record({"jpg": data}), opts, None))
     assert decoded(result.fields["jpg"]).size == size
     assert (result.fields["jpg"] == data) == (size == (120, 80))
 
 
 def test_resize_after_orientation(record: MakeRecord, jpeg_decoder: str) -> None:
-    data = with_orientation(Image.fromarray(photo(120, 80)), "JPEG", 6)
+    data = with_orientation(Image.fromarray(photo_pixels(80, 120)), "JPEG", 6)
     out = decoded(kept(clean_image(record({"jpg": data}), ImageOptions(min_side=1, resize_short=40),
                                    None)).fields["jpg"])
     assert out.size == (40, 60)
 
 
 def test_resize_keeps_the_picture(record: MakeRecord) -> None:
-    pixels = photo(240, 160)
-    raw = record({"jpg": jpeg_bytes(240, 160)})
+    pixels = photo_pixels(160, 240)
+    raw = record({"jpg": photo_jpeg(160, 240)})
     out = decoded(kept(clean_image(raw, ImageOptions(min_side=1, resize_short=80), None)).fields["jpg"])
     reference = np.asarray(Image.fromarray(pixels).resize(out.size, Image.Resampling.BOX), np.float32)
     assert np.abs(np.asarray(out, np.float32) - reference).mean() < 6
 
 
 def test_png_reencode_format(record: MakeRecord) -> None:
-    result = kept(clean_image(record({"png": encode(Image.fromarray(photo()).convert("RGBA"), "PNG")}), PNG_OUT, 0))
+    rgba = encode(Image.fromarray(photo_pixels(64, 96)).convert("RGBA"), "PNG")
+    result = kept(clean_image(record({"png": rgba}), PNG_OUT, 0))
     assert set(result.fields) == {"png", "cls", "json"} and decoded(result.fields["png"]).mode == "RGB"
 
 
 def test_jpeg_quality_is_applied(record: MakeRecord) -> None:
-    raw = record({"png": encode(Image.fromarray(photo()), "PNG")})
+    raw = record({"png": encode(Image.fromarray(photo_pixels(64, 96)), "PNG")})
     low = kept(clean_image(raw, ImageOptions(min_side=1, quality=20), None)).fields["jpg"]
     high = kept(clean_image(raw, ImageOptions(min_side=1, quality=95), None)).fields["jpg"]
     assert len(low) < len(high)
@@ -304,7 +306,7 @@ def test_target_size() -> None:
 
 def test_sidecars(record: MakeRecord) -> None:
     nfd = unicodedata.normalize("NFD", "Crème brûlée")
-    raw = record({"jpg": jpeg_bytes(), "txt": nfd.encode(), "json": b'{"b": 1, "a": "x"}', "seg.png": b"\x00raw"})
+    raw = record({"jpg": photo_jpeg(64, 96), "txt": nfd.encode(), "json": b'{"b": 1, "a": "x"}', "seg.png": b"\x00raw"})
     result = kept(clean_image(raw, SMALL, 2))
     assert result.fields["txt"] == "Crème brûlée".encode() != nfd.encode()
     assert result.fields["json"] == b'{"__source__":"cat/img.jpg","a":"x","b":1}'
@@ -317,26 +319,27 @@ def test_sidecars(record: MakeRecord) -> None:
      ("json", b'{"a": NaN}', "NaN"), ("json", b"", "does not parse")],
 )
 def test_bad_sidecars(record: MakeRecord, field: str, data: bytes, words: str) -> None:
-    result = rejected(clean_image(record({"jpg": jpeg_bytes(), field: data}), SMALL, None), RejectReason.BAD_METADATA)
+    raw = record({"jpg": photo_jpeg(64, 96), field: data})
+    result = rejected(clean_image(raw, SMALL, None), RejectReason.BAD_METADATA)
     assert words in result.detail and f"img.{field}" in result.detail
 
 
 def test_sidecar_colliding_with_a_generated_field(record: MakeRecord) -> None:
-    raw = record({"jpg": jpeg_bytes(), "cls": b"7"})
+    raw = record({"jpg": photo_jpeg(64, 96), "cls": b"7"})
     rejected(clean_image(raw, SMALL, 1), RejectReason.BAD_METADATA)
     assert kept(clean_image(raw, SMALL, None)).fields["cls"] == b"7"  # no label: passes through
 
 
 def test_undecodable_source_name_still_gives_valid_utf8_json(record: MakeRecord) -> None:
     source = os.fsdecode(b"cat/img_\xff.jpg")
-    raw = record({"jpg": jpeg_bytes()}, source=source)
+    raw = record({"jpg": photo_jpeg(64, 96)}, source=source)
     doc = json.loads(kept(clean_image(raw, SMALL, None)).fields["json"].decode("utf-8"))
     assert doc["__source__"] == source
 
 
 def test_a_json_sidecar_never_contradicts_the_sample(record: MakeRecord) -> None:
     """A sidecar's label, width, height and __source__ are the sample's own; its other keys are kept."""
-    raw = record({"jpg": jpeg_bytes(),
+    raw = record({"jpg": photo_jpeg(64, 96),
                   "json": b'{"__source__": "dog/1.jpg", "label": "dog", "width": 5, "height": 7, '
                           b'"caption": "a cat"}'}, label="cat")
     result = kept(clean_image(raw, SMALL, 2))

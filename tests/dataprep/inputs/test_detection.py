@@ -56,6 +56,30 @@ def test_a_tsv_directory_is_a_table(tmp_path):
     assert detect_layout(files_at(tmp_path, "part-0.tsv", "part-1.tsv", data=b"x")) is Layout.TABLE
 
 
+def test_compressed_tables_and_text_are_what_they_hold(tmp_path):
+    """Issue 27: a folder of part-0.jsonl.gz said "no images, tables or text"."""
+    parts = files_at(tmp_path / "c4", "en/c4-train.00000.json.gz", "en/c4-train.00001.json.gz", "README.md",
+                     data=b"x")
+    choice = choose_layout(parts, None)
+    assert choice.layout is Layout.TABLE and choice.reason.startswith("table: 2 table files (.json.gz); 1 stray")
+    pile = files_at(tmp_path / "pile", "part-0.jsonl.zst", "part-1.JSONL.ZST", "part-2.csv.bz2", data=b"x")
+    assert choose_layout(pile, None).reason.startswith("table: 3 table files (.csv.bz2, .jsonl.zst)")
+    books = files_at(tmp_path / "books", "a.txt.zst", "b.txt.xz", "c.md", data=b"x")
+    assert choose_layout(books, None) == LayoutChoice(Layout.TEXT, "text: 3 text files (.md, .txt.xz, .txt.zst)")
+    one = files_at(tmp_path / "one", "part-0.jsonl.gz", data=b"x") / "part-0.jsonl.gz"
+    assert choose_layout(one, None).layout is Layout.TABLE
+    with pytest.raises(UsageError, match="each also compressed: .gz, .zst, .bz2, .xz"):
+        choose_layout(files_at(tmp_path / "archives", "a.tar.gz", "b.gz", data=b"x"), None)
+
+
+def test_json_is_a_table_alone_and_metadata_beside_images(tmp_path):
+    assert detect_layout(files_at(tmp_path / "rows", "a.json", "b.json", data=b"x")) is Layout.TABLE
+    # WebDataset-style samples at the root: a caption and a metadata .json per image are no loose tables
+    flat = files_at(tmp_path / "flat", *[f"{i:04d}.{ext}" for i in range(3) for ext in ("jpg", "txt", "json")],
+                    data=b"x")
+    assert choose_layout(flat, None).layout is Layout.GROUPED
+
+
 @pytest.mark.parametrize(("rels", "options"), [
     (("cat/1.jpg", "dog/2.jpg", "logo.png"), ("--layout image-folder", "--layout grouped")),
     (("cat/1.jpg", "cat/deeper/2.jpg"), ("--layout image-folder", "--layout grouped")),
@@ -87,10 +111,12 @@ def test_nothing_to_shard_is_refused(tmp_path):
 
 @pytest.mark.parametrize(("name", "layout"), [("t.csv", Layout.TABLE), ("t.TSV", Layout.TABLE),
                                               ("t.parquet", Layout.TABLE), ("t.ndjson", Layout.TABLE),
-                                              ("a.txt", Layout.TEXT), ("a.md", Layout.TEXT)])
+                                              ("a.txt", Layout.TEXT), ("a.md", Layout.TEXT),
+                                              ("t.json", Layout.TABLE), ("t.csv.gz", Layout.TABLE),
+                                              ("a.txt.bz2", Layout.TEXT)])
 def test_single_file(tmp_path, name, layout):
     choice = choose_layout(files_at(tmp_path, name, data=b"x") / name, None)
-    assert choice.layout is layout and name.rpartition(".")[2].lower() in choice.reason
+    assert choice.layout is layout and name.split(".", 1)[1].lower() in choice.reason
 
 
 @pytest.mark.parametrize("name", ["photo.jpg", "photo.PNG"])
@@ -124,8 +150,8 @@ def test_requested_layout_is_checked_and_described(tmp_path):
         choose_layout(raw, "images")  # type: ignore[arg-type]
     # A layout RAW holds nothing of is the user's call, said in the reason (the run then rejects every file).
     assert choose_layout(raw, Layout.TABLE).reason == (
-        "table (as requested with --layout): no table files (.csv, .jsonl, .ndjson, .parquet, .tsv) among 3 files; "
-        "all will be rejected"
+        "table (as requested with --layout): no table files (.csv, .json, .jsonl, .ndjson, .parquet, .tsv) among "
+        "3 files; all will be rejected"
     )
     assert "no text files" in choose_layout(raw, Layout.TEXT).reason
     assert "no images" in choose_layout(files_at(tmp_path / "t", "a.csv", data=b"x"), Layout.IMAGE_FOLDER).reason

@@ -12,7 +12,8 @@ from dataprep.errors import FormatError
 from dataprep.formats.manifest import ShardInfo, Totals
 from dataprep.plan.checkpoint import (MODE_RANGES, MODE_RAY, MODE_SEQUENTIAL, Checkpoint, load_checkpoint,
                                       save_checkpoint)
-from dataprep.plan.range_size import AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_count
+from dataprep.plan.range_size import (AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_count,
+                                      even_range_starts_of_chunks)
 from dataprep.plan.run_plan import split_ranges
 from dataprep.output.store import LocalStore
 
@@ -81,6 +82,17 @@ def test_auto_ranges_are_of_equal_bytes_and_depend_on_the_plan_alone(seed):
     assert len(starts) - 1 == AUTO_RANGES and np.all(np.diff(starts) > 0)
     per_range = np.add.reduceat(sizes, starts[:-1])
     assert per_range.max() - per_range.min() <= 2 * sizes.max()  # equal but for a unit at either end
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 333, 5000])
+def test_auto_ranges_read_in_chunks_split_as_the_whole(chunk):
+    """The planner splits a plan of 10^8 units from its sizes on disk, a chunk at a time: the same starts."""
+    rng = np.random.default_rng(chunk)
+    sizes = np.concatenate([rng.integers(0, 500_000, 3000), [2**31], rng.integers(0, 9, 500)]).astype(np.int64)
+    whole = split_ranges(sizes, None)
+    assert len(whole) > 3  # several ranges, a unit larger than one among them
+    chunked = even_range_starts_of_chunks(lambda: (sizes[i:i + chunk] for i in range(0, len(sizes), chunk)))
+    assert chunked.tolist() == whole.tolist()
 
 
 def test_small_and_odd_plans_split_sensibly():

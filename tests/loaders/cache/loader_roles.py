@@ -10,6 +10,9 @@
 ``stop``    reads epoch 0; after each batch saves the loader's state to ``state`` (atomically) and the
     batches so far to ``out``; after ``stop_after`` batches prints ``ready`` and waits (the test kills it).
 
+``spec["patient"]``: the client waits out stalled bodies (``PATIENT``) instead of re-requesting them after a
+second, so that a download the test's proxy holds stays partial until the kill.
+
 The environment (credentials, ``AWS_ENDPOINT_URL``) comes from the test.
 """
 
@@ -24,12 +27,14 @@ from typing import Any
 
 import torch
 
+from dataprep.remote import RemoteConfig
 from loaders import DataLoader
 from loaders.read.datasets import ShardDataset
 from loaders.read.topology import Topology
 from tests.loaders.cache.remote_images import cache_of, fingerprint, read_batches
 
 _BLOCK_S = 3600.0  # the ``stop`` role waits this long for its kill
+PATIENT = RemoteConfig(timeout_s=600.0, stall_s=300.0)  # a held body is waited for, not fetched again
 
 
 def _dataset(spec: dict[str, Any]) -> ShardDataset:
@@ -37,7 +42,10 @@ def _dataset(spec: dict[str, Any]) -> ShardDataset:
     if spec.get("rank") is not None:
         topology = Topology(rank=spec["rank"], world_size=spec["world_size"], local_rank=spec["rank"],
                             local_world_size=spec["world_size"])
-    cache = cache_of(Path(spec["cache_dir"]), spec["limit"], **spec.get("cache_options", {}))
+    options = dict(spec.get("cache_options", {}))
+    if spec.get("patient"):
+        options["remote"] = PATIENT
+    cache = cache_of(Path(spec["cache_dir"]), spec["limit"], **options)
     return ShardDataset(spec["url"], fields=("jpg", "cls"), cache=cache, topology=topology)
 
 

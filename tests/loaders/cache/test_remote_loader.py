@@ -24,6 +24,7 @@ import torch.utils.data
 
 from loaders import DataLoader
 from loaders.cache import CacheError, DatasetChangedError
+from loaders.cache.download import DOWNLOAD_CHUNK_BYTES
 from loaders.errors import ConfigError
 from loaders.read.datasets import ParquetShardDataset, ShardDataset
 from loaders.read.topology import Topology
@@ -39,6 +40,7 @@ from tests.loaders.cache.remote_images import (
     upload,
 )
 from tests.loaders.helpers import children_of_self
+from tests.loaders.helpers import wait_until as wait_for
 from tools.common.fault_proxy import Fault, FaultKind, FaultProxy
 from tests.remote.fixtures import S3_SECRET, S3Server, wait_until
 
@@ -113,20 +115,47 @@ def test_a_cache_smaller_than_the_epoch_holds_its_bound_and_reads_the_exact_epoc
     assert sum(_shard_requests(proxy, remote_images).values()) > len(sizes)  # what did not fit came again
 
 
-def test_kill_9_mid_epoch_then_resume_reads_the_same_batches_and_downloads_no_verified_shard_again(
+def _held_back(images: RemoteImages, proxy: FaultProxy, batches: int) -> dict[str, int]:
+    """Stall every shard the first ``batches`` batches do not read a little before its end (the proxy holds the
+    rest of its body until ``release_stalls``); the stall point of each, by proxy key."""
+    first = DataLoader(_local(images.folder), batch_size=4, shuffle=True, seed=5, num_workers=0)
+    needed = {name for _, batch in zip(range(batches), first) for name in batch["__shard__"]}
+    first.close()
+    held = {}
+    for name in images.shards:
+        if name not in needed:
+            held[images.key(name)] = (images.folder / name).stat().st_size - 8192
+            proxy.add(Fault(FaultKind.STALL, key=images.key(name), after_bytes=held[images.key(name)], exact=True))
+    return held
+
+
+def _partials(cache_dir: Path) -> dict[str, int]:
+    """The partial downloads in the cache folder: bytes on disk, by object key (the sha256)."""
+    return {p.name.split(".")[0]: p.stat().st_size for p in (cache_dir / "partial").iterdir()}
+
+
+def test_kill_9_mid_epoch_then_resume_reads_the_same_batches_and_resumes_every_partial_download_by_range(
         remote_images: RemoteImages, proxy: FaultProxy, tmp_path: Path) -> None:
+    """The killed run's prefetcher has downloads in flight (the proxy holds each body 8 KiB before its end): the
+    resumed run asks for each from the byte its partial file reached (a Range header), the server sends only the
+    rest, and no verified shard is downloaded again."""
     cache_dir, state_path, out = tmp_path / "cache", tmp_path / "state.pt", tmp_path / "seen.json"
-    proxy.bandwidth_bytes_s = 200_000  # slow enough that the kill finds downloads in flight
+    _held_back(remote_images, proxy, batches=3)
     spec = {"url": remote_images.url, "cache_dir": str(cache_dir), "limit": 64 << 20, "workers": 2,
             "worker_type": "thread", "batch_size": 4, "seed": 5, "stop_after": 3, "state": str(state_path),
-            "out": str(out)}
+            "out": str(out), "patient": True}
     child = run_role("stop", spec)
-    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-    verified = set(os.listdir(cache_dir / "objects"))
-    partial = {p.name.split(".")[0]: p.stat().st_size for p in (cache_dir / "partial").iterdir()}
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait(HANG_GUARD_S)
-    proxy.bandwidth_bytes_s = None
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        # Every download the prefetcher runs is held: wait until at least two have begun, all with bytes on disk.
+        assert wait_for(lambda: len(_partials(cache_dir)) >= 2 and all(_partials(cache_dir).values()),
+                        timeout_s=HANG_GUARD_S), f"held downloads never all had bytes on disk: {_partials(cache_dir)}"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(HANG_GUARD_S)
+    verified, partial = set(os.listdir(cache_dir / "objects")), _partials(cache_dir)
+    proxy.clear()
+    proxy.release_stalls()
     proxy.reset_counters()
 
     seen = json.loads(out.read_text())["batches"]
@@ -139,10 +168,15 @@ def test_kill_9_mid_epoch_then_resume_reads_the_same_batches_and_downloads_no_ve
     assert verified & by_sha.keys()  # the test means something: shards were verified before the kill
     for key in verified & by_sha.keys():
         assert proxy.requests(remote_images.key(by_sha[key])) == 0, by_sha[key]
-    for key, size in partial.items():  # an interrupted download goes on from where it stopped
-        if key in by_sha and size:
-            name = by_sha[key]
-            assert proxy.body_bytes(remote_images.key(name)) <= (remote_images.folder / name).stat().st_size - size
+    saved = 0
+    for key, kept in partial.items():  # every interrupted download goes on from the byte it reached
+        name = by_sha[key]
+        size = (remote_images.folder / name).stat().st_size
+        assert 0 < kept < size
+        assert proxy.ranges(remote_images.key(name)) == [f"bytes={kept}-{size - 1}"], name
+        assert proxy.body_bytes(remote_images.key(name)) == size - kept, name
+        saved += kept
+    assert len(partial) >= 2 and saved >= 2 * DOWNLOAD_CHUNK_BYTES  # bytes not downloaded again
 
 
 def test_a_dataset_rewritten_between_runs_is_read_anew_never_stale(remote_images: RemoteImages, proxy: FaultProxy,

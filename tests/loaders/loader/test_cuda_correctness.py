@@ -99,7 +99,8 @@ def test_loader_batches_on_the_device_equal_plain_copies(device: str, num_worker
     common: dict[str, Any] = {"batch_size": 5, "num_workers": num_workers, "seed": 0, "worker_type": "thread"}
     if pin_memory is not None or device == "cpu":
         common["pin_memory"] = False  # pageable host batches: the staging path on CUDA
-    with DataLoader(dataset, **common) as plain, DataLoader(dataset, device=device, **common) as moved:
+    # decode="cpu": the copy path is under test (on CUDA "auto" would decode on the device, other pixels).
+    with DataLoader(dataset, **common) as plain, DataLoader(dataset, device=device, decode="cpu", **common) as moved:
         want, got = list(plain), list(moved)
     assert len(got) == len(want) == -(-len(dataset) // 5)
     for got_batch, want_batch in zip(got, want):

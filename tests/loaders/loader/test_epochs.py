@@ -376,16 +376,20 @@ def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
     assert [type(stage) for stage in stages] == [BatchPlan]
     assert [stage.key for stage in stages] == [KEY_PLAN]
     state = loader.state_dict()
-    assert set(state) == set(STATE_KEYS) and state["version"] == 2
+    assert set(state) == set(STATE_KEYS) and state["version"] == 3
     assert set(state["plan"]) == {"sampler", "world_size"} and set(state["failures"]) == {"epoch", "skipped"}
 
 
-def test_a_state_from_another_world_size_is_refused(image_shards: Any) -> None:
+def test_a_state_of_a_given_shard_sampler_from_another_world_size_is_refused(image_shards: Any) -> None:
+    """A sampler the user gives keeps stock semantics: positions count this rank's batches of its split, so
+    another world size cannot resume them (without a sampler the loader reads by global position and can:
+    tests/loaders/loader/test_elastic_samples.py)."""
     from loaders import Topology
 
     def make(world_size: int) -> DataLoader[Any]:
         dataset = ShardDataset(image_shards, fields=("cls",), topology=Topology(rank=0, world_size=world_size))
-        return DataLoader(dataset, batch_size=4, shuffle=True, seed=3, num_workers=0)
+        return DataLoader(dataset, sampler=dataset.default_sampler(shuffle=True, seed=3), batch_size=4,
+                          num_workers=0, seed=3)
 
     saved = make(2)
     iterator = iter(saved)

@@ -18,7 +18,7 @@ from loaders.read.decode import (
     decode_rgb,
     image_size,
 )
-from tests.loaders.helpers import photo_jpeg, photo_pixels
+from tests.samples import photo_jpeg, photo_pixels
 from tests.samples import encode
 
 BACKENDS = [b.value for b in available_backends()]

@@ -21,7 +21,7 @@ from loaders.errors import SampleError
 from loaders.read import region
 from loaders.read.decode import Interpolation, dct_scale_for, decode_crop_resize, pil_filter
 from loaders.read.transforms import RandomResizedCropDecode, random_resized_crop_box
-from tests.loaders.helpers import photo_jpeg
+from tests.samples import photo_jpeg
 
 pytestmark = pytest.mark.skipif(not region.is_available(), reason="loaders.read._jpeg_region not built here")
 

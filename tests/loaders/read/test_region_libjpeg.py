@@ -23,7 +23,7 @@ from PIL import Image
 
 from loaders.read import region
 from loaders.read.decode import active_backend, decode_crop_resize
-from tests.loaders.helpers import photo_jpeg
+from tests.samples import photo_jpeg
 
 pytestmark = pytest.mark.skipif(not region.is_available(), reason="loaders.read._jpeg_region not built here")
 

@@ -22,7 +22,7 @@ from loaders.read.transforms import (
     center_crop_box,
     random_resized_crop_box,
 )
-from tests.loaders.helpers import photo_jpeg, photo_pixels
+from tests.samples import photo_jpeg, photo_pixels
 from tests.samples import encode
 
 BACKENDS = [b.value for b in decode.available_backends()]

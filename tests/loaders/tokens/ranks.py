@@ -11,15 +11,16 @@ every rank yielded the same number of batches.
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from loaders import DataLoader, Topology
 from loaders.tokens import Mixture, Segment, StreamIndex, TokenDataset
+from tests.loaders.helpers import through_torch_save
+
+__all__ = ["through_torch_save"]  # kept here for the token tests
 
 EOS_ID = 60_000  # above every counting token; vocabulary 60,001 keeps the shards uint16
 VOCAB_SIZE = EOS_ID + 1
@@ -103,15 +104,6 @@ def global_steps(batches_per_rank: Sequence[Iterable[dict[str, Any]]], sequences
 def close(loaders: Iterable[DataLoader[Any]]) -> None:
     for loader in loaders:
         loader.close()
-
-
-def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` after ``torch.save`` and ``torch.load(weights_only=True)``."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return loaded
 
 
 def grid(start: int, end: int, global_batch: int) -> Iterator[list[int]]:

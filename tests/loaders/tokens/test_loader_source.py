@@ -105,7 +105,7 @@ def test_the_loaders_order_digest_is_the_datasets_for_its_epoch(counting: TokenD
     with pytest.raises(ConfigError, match="'stop' 2 precedes 'start' 3"):
         loader.order_digest(3, 2)
     sampled = DataLoader(counting, batch_size=4, num_workers=0, sampler=range(len(counting)))
-    with pytest.raises(ConfigError, match="order_digest needs a dataset whose batch source knows global sequences"):
+    with pytest.raises(ConfigError, match="a sampler it did not draw, so it knows no global positions"):
         sampled.order_digest(0, 4)
 
 

@@ -14,7 +14,7 @@ from tools.gpu.decode import jpegs_in, measure_decode
 from tools.gpu.end_to_end import measure_end_to_end, run_fed
 from tools.gpu.feeds import Feed, cycled_indices, stock_feed
 from tools.gpu.h2d import link_info, measure_h2d, pcie_peak_gb_s
-from tools.gpu.resnet import resnet50
+from tools.gpu.resnet import resnet18, resnet50
 from tools.gpu.train_step import SMOKE
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -24,6 +24,12 @@ def test_resnet50_has_the_standard_parameter_count_and_output() -> None:
     model = resnet50()
     assert sum(p.numel() for p in model.parameters()) == 25_557_032  # torchvision's resnet50
     tiny = resnet50(num_classes=7, width=4).to(memory_format=torch.channels_last)
+    assert tiny(torch.randn(2, 3, 32, 32)).shape == (2, 7)
+
+
+def test_resnet18_has_the_standard_parameter_count_and_output() -> None:
+    assert sum(p.numel() for p in resnet18().parameters()) == 11_689_512  # torchvision's resnet18
+    tiny = resnet18(num_classes=7, width=4).to(memory_format=torch.channels_last)
     assert tiny(torch.randn(2, 3, 32, 32)).shape == (2, 7)
 
 
@@ -178,6 +184,9 @@ def test_end_to_end_records_a_failing_feed_and_runs_the_others(tmp_path: Path) -
     late = measure_end_to_end(torch.device("cpu"), SMOKE, lambda images, labels: None, [Feed("fine", fine)], [1],
                               deadline=0.0)
     assert late["fed"] == [{"feed": "fine", "num_workers": 1, "skipped": "the time budget was spent"}]
+    own = measure_end_to_end(torch.device("cpu"), SMOKE, lambda images, labels: None,
+                             [Feed("fine", fine, workers=(2, 3)), Feed("run's", fine)], [1], deadline=0.0)
+    assert [(r["feed"], r["num_workers"]) for r in own["fed"]] == [("fine", 2), ("fine", 3), ("run's", 1)]
 
 
 def test_stock_feed_yields_normalised_float_batches_from_raw_files(sharded: tuple[Path, Path]) -> None:
@@ -196,5 +205,9 @@ def test_decode_on_the_cpu_measures_both_cpu_paths_and_skips_the_gpu(sharded: tu
     assert len(jpegs) == 6 and all(j[:2] == b"\xff\xd8" for j in jpegs)
     out = measure_decode(torch.device("cpu"), jpegs, threads=2, side=32)
     assert out["cpu_full_img_s"] > 0 and out["cpu_loader_crop_img_s"] > 0 and out["gpu_skipped"] == "no CUDA device"
+    # decode="device" on the CPU: the host decoder, and how far its pixels are from the CPU path's.
+    assert out["device_crop_img_s"] > 0 and out["device_decoder"].startswith("host")
+    assert out["device_vs_cpu_crop"] == out["device_crop_img_s"] / out["cpu_loader_crop_img_s"]
+    assert 0 <= out["device_mad_mean"] <= out["device_mad_worst"] <= 1.5
     none = measure_decode(torch.device("cpu"), [], threads=2, side=32)
     assert none == {"skipped": "no JPEG images to decode"}

@@ -14,14 +14,20 @@ Part 1 (about 4 minutes on one H100 with 16 cores):
              GB/s and % of the PCIe link's theoretical peak (nvidia-smi's max gen x width)
   augment    ``Augment`` per batch as a share of one ResNet-50 step (bf16, channels_last, 256)
   decode     JPEG decode: Pillow on every core vs ``torchvision.io.decode_jpeg`` batched on
-             the GPU, over raw images and over ``--resize-short 256`` shards
-Part 2 (about 5 minutes):
+             the GPU, over raw images and over ``--resize-short 256`` shards, and the loader's
+             ``decode="device"`` (decode + crop + resize to 224 on the device; target >= 5x the
+             CPU crop path) with its distance from the CPU path's pixels
+Part 2 (about 6 minutes):
   data       synthetic ImageNet-like raw tree (``dataprep.synthetic``), sharded as is and
              pre-resized (``dataprep shard --resize-short 256``)
   end_to_end ResNet-50 training img/s, host wait and GPU idle (CUDA events) fed by
-             ``loaders.DataLoader(device=...)`` over both shard sets and by the stock
+             ``loaders.DataLoader(device=...)`` (CPU decode) over both shard sets and by the stock
              DataLoader over the raw files (float32 transforms), at 4, 8, 16 workers, vs
              the synthetic ceiling
+  end_to_end_decode  issue 28: ResNet-50 and ResNet-18 (bf16, channels_last) fed from the raw-size
+             shards by ``decode="device"`` at 4 and 8 workers, by CPU decode in 16 worker processes,
+             and by the stock DataLoader + torchvision at 16, each vs its model's synthetic ceiling,
+             GPU idle % beside each row (targets: 95% and 90% of the ceilings)
   scaling_shard   ``dataprep shard`` images/s at 1..16 threads, and several writer
              processes over disjoint parts of the inputs; speed-up and CPU efficiency
   scaling_loader  loader img/s at 1..16 workers, threads vs processes (``tools.common.loader_run``,
@@ -30,8 +36,8 @@ Part 2 (about 5 minutes):
              photos, JSON lines to Parquet and to tokens (BPE and bytes); speed-up and efficiency
 
 Part "one" (the default) runs env, pytest, h2d, augment, data, end_to_end (16 workers only),
-decode, scaling_loader, scaling_shard, shard_writers in that order within one ``--budget-s``: what
-a short lease needs most comes first.
+decode, end_to_end_decode, scaling_loader, scaling_shard, shard_writers in that order within one
+``--budget-s``: what a short lease needs most comes first.
 
 Each step's result is written to OUT/part<N>.json (the whole document, rewritten after every
 step) the moment the step ends, so a late failure or the call's time limit loses nothing
@@ -41,7 +47,7 @@ skipped. Exit status: 0 when every step ran, 1 when any failed or was skipped, 2
 arguments; failing tests do not change it (the pytest step's ``passed_all`` says).
 
 Modules: the run's state and sizes ``run_state``; the steps ``check_steps`` (env, pytest),
-``gpu_steps`` (h2d, augment, decode, end_to_end) and ``scaling_steps`` (data, scaling_shard,
+``gpu_steps`` (h2d, augment, decode, end_to_end, end_to_end_decode) and ``scaling_steps`` (data, scaling_shard,
 scaling_loader), all in ``tools.suites.device``; the synthetic data is ``tools.common.synthetic``;
 the GPU measurements and their tables are ``tools.gpu``'s (``h2d``, ``render``...).
 """
@@ -67,38 +73,46 @@ from tools.gpu.render import render_augment, render_decode, render_end_to_end, r
 from tools.gpu.train_step import FULL as BENCH_FULL
 from tools.gpu.train_step import SMOKE as BENCH_SMOKE
 from tools.suites.device.check_steps import step_env, step_pytest
-from tools.suites.device.gpu_steps import step_augment, step_decode, step_end_to_end, step_h2d
+from tools.suites.device.gpu_steps import (
+    step_augment,
+    step_decode,
+    step_end_to_end,
+    step_end_to_end_decode,
+    step_h2d,
+)
 from tools.suites.device.run_state import Plan, Suite
 from tools.suites.device.scaling_steps import step_data, step_scaling_loader, step_scaling_shard, step_shard_writers
 
 TOOL = "device_suite"
 SUITE_VERSION = 1
 PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
-         "2": ("env", "data", "end_to_end", "scaling_shard", "scaling_loader", "shard_writers"),
+         "2": ("env", "data", "end_to_end", "end_to_end_decode", "scaling_shard", "scaling_loader", "shard_writers"),
          # One call of the lease (issue 23): correctness first, then the figures in order of need.
-         "one": ("env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "scaling_loader",
-                 "scaling_shard", "shard_writers")}
+         "one": ("env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "end_to_end_decode",
+                 "scaling_loader", "scaling_shard", "shard_writers")}
 # The files that hold the gpu-marked tests and the CUDA correctness tests (collecting the whole
 # tree on the device costs time and trips on test extras that are not installed there).
 GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loaders/loader/test_collate.py",
                   "tests/loaders/loader/test_buffers.py", "tests/loaders/loader/test_prefetch.py",
                   "tests/loaders/augment/test_augment_pipeline.py", "tests/loaders/tokens/test_loader_source.py",
-                  "tests/tools/gpu/test_gpu_bench.py")
+                  "tests/tools/gpu/test_gpu_bench.py", "tests/loaders/batch_decode/test_nvjpeg.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
-            e2e_workers=(4, 8, 16), scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8),
-            writer_workers=(1, 4, 8, 16), writer_rows=200_000, loader_batch=64, loader_epochs=2,
-            pytest_targets=GPU_TEST_FILES, pytest_timeout_s=150.0)
+            e2e_workers=(4, 8, 16), device_decode_workers=(4, 8), cpu_decode_workers=(16,),
+            scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), writer_workers=(1, 4, 8, 16),
+            writer_rows=200_000, loader_batch=64, loader_epochs=2, pytest_targets=GPU_TEST_FILES,
+            pytest_timeout_s=150.0)
 # Part "one": end to end at 16 workers only, so that the scaling rows still fit the call.
 FULL_ONE = dataclasses.replace(FULL, e2e_workers=(16,), scale_workers=(1, 4, 16))
-SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), scale_workers=(1, 2),
-             writer_processes=(2,), writer_workers=(1, 2), writer_rows=2000, loader_batch=4, loader_epochs=1,
+SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), device_decode_workers=(1,),
+             cpu_decode_workers=(1,), scale_workers=(1, 2), writer_processes=(2,), writer_workers=(1, 2),
+             writer_rows=2000, loader_batch=4, loader_epochs=1,
              pytest_targets=("tests/loaders/loader/test_cuda_correctness.py",), pytest_timeout_s=120.0)
 
 
 STEPS: dict[str, Callable[[Suite], dict[str, Any]]] = {
     "env": step_env, "pytest": step_pytest, "h2d": step_h2d, "augment": step_augment, "decode": step_decode,
-    "data": step_data, "end_to_end": step_end_to_end, "scaling_shard": step_scaling_shard,
-    "scaling_loader": step_scaling_loader, "shard_writers": step_shard_writers,
+    "data": step_data, "end_to_end": step_end_to_end, "end_to_end_decode": step_end_to_end_decode,
+    "scaling_shard": step_scaling_shard, "scaling_loader": step_scaling_loader, "shard_writers": step_shard_writers,
 }
 
 
@@ -139,6 +153,11 @@ def render_step(name: str, record: dict[str, Any]) -> str:
         return f"{head}\n" + "\n".join(render_decode(v, k) for k, v in result.items())
     if name == "end_to_end":
         return f"{head}\n" + render_end_to_end(result, f"end to end ({result['stock_transforms']} stock)")
+    if name == "end_to_end_decode":
+        return f"{head}\n" + "\n".join(
+            render_end_to_end(rows, f"{model} from raw-size shards, target {result['targets'][model]:.0%} of the "
+                                    f"ceiling with decode=device ({result['stock_transforms']} stock)")
+            for model, rows in result["models"].items())
     if name in ("scaling_shard", "scaling_loader", "shard_writers"):
         keys = ["case", "mode", "worker_type", "workers", "processes", "split", "images_per_s", "inputs_per_s",
                 "speedup", "scaling_efficiency", "cpu_efficiency"]

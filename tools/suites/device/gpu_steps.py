@@ -1,4 +1,5 @@
-"""device_suite's GPU measurements: host-to-device copies, augmentation cost, JPEG decode, end-to-end training.
+"""device_suite's GPU measurements: host-to-device copies, augmentation cost, JPEG decode, end-to-end training
+(fed by CPU decode, and by ``decode="device"`` from raw-size shards for ResNet-50 and ResNet-18).
 
 Each step runs one of ``tools.gpu``'s measurements at the suite's sizes and frees the
 device's cached memory after it.
@@ -7,6 +8,7 @@ device's cached memory after it.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from loaders import cpus_available
@@ -14,7 +16,7 @@ from tools.common.synthetic import make_raw_images, rgb_jpegs, shard
 from tools.gpu.augment_cost import measure_augment
 from tools.gpu.decode import jpegs_in, measure_decode
 from tools.gpu.end_to_end import measure_end_to_end
-from tools.gpu.feeds import ours_feed, stock_dataset, stock_feed
+from tools.gpu.feeds import Feed, ours_feed, stock_dataset, stock_feed
 from tools.gpu.h2d import link_info, measure_h2d
 from tools.gpu.train_step import train_step_fn
 from tools.suites.device.run_state import Suite, free_gpu, need
@@ -55,7 +57,7 @@ def step_end_to_end(suite: Suite) -> dict[str, Any]:
     device, sizes = suite.device, suite.plan.bench
     feeds = [ours_feed("loaders, shards pre-resized 256", shards_256, sizes, device),
              ours_feed("loaders, pre-resized 256, processes", shards_256, sizes, device, worker_type="process"),
-             ours_feed("loaders, shards as raw", shards, sizes, device),
+             ours_feed("loaders, shards as raw", shards, sizes, device),  # decode="cpu" (ours_feed's default)
              stock_feed("torch, raw files, float32", raw, sizes, device)]
     step = train_step_fn(device, sizes)
     _, implementation = stock_dataset(raw, sizes.side)
@@ -76,3 +78,50 @@ def step_end_to_end(suite: Suite) -> dict[str, Any]:
     if device.type != "cuda":
         results["not_measured"] = {"gpu_idle_fraction": "CUDA events need a CUDA device"}
     return {**partial, **results}
+
+
+# Issue 28's targets: the share of each model's synthetic ceiling that decode="device" rows must reach.
+DECODE_TARGETS = {"resnet50": 0.95, "resnet18": 0.90}
+
+
+def decode_feeds(suite: Suite, raw: Path, shards: Path) -> list[Feed]:
+    """The rows of end_to_end_decode: raw-size shards decoded on the device (few workers), decoded in worker
+    processes (ours), and the stock DataLoader + torchvision over the raw files."""
+    plan, sizes, device = suite.plan, suite.plan.bench, suite.device
+    return [ours_feed("loaders, raw shards, decode=device", shards, sizes, device, decode="device",
+                      workers=plan.device_decode_workers),
+            ours_feed("loaders, raw shards, decode=cpu, processes", shards, sizes, device, worker_type="process",
+                      decode="cpu", workers=plan.cpu_decode_workers),
+            stock_feed("torch, raw files, float32", raw, sizes, device, workers=plan.cpu_decode_workers)]
+
+
+def step_end_to_end_decode(suite: Suite) -> dict[str, Any]:
+    """ResNet-50 and ResNet-18 fed from raw-size shards: decode="device" vs CPU decode vs stock, against each
+    model's synthetic ceiling, GPU idle % from CUDA events beside each row."""
+    raw, shards = need(suite, "raw", "shards")
+    device, sizes = suite.device, suite.plan.bench
+    _, implementation = stock_dataset(raw, sizes.side)
+    partial: dict[str, Any] = {"stock_transforms": implementation, "batch": sizes.batch, "side": sizes.side,
+                               "targets": DECODE_TARGETS, "models": {}}
+    deadline = time.monotonic() + 0.6 * suite.remaining_s()  # the scaling steps after this one need the rest
+    for model in DECODE_TARGETS:
+        def save_row(results: dict[str, Any], model: str = model) -> None:
+            partial["models"][model] = results
+            suite.document["steps"]["end_to_end_decode"] = {"status": "running", "result": partial}
+            suite.save()
+
+        step = train_step_fn(device, sizes, model)
+        try:
+            results = measure_end_to_end(device, sizes, step, decode_feeds(suite, raw, shards), (),
+                                         deadline=deadline, on_row=save_row)
+        finally:
+            del step
+            free_gpu(device)
+        for row in results["fed"]:  # a target is a GPU's: on the CPU (smoke) the ratios say nothing of it
+            if device.type == "cuda" and "ratio_to_ceiling" in row and row.get("decode") == "device":
+                row["meets_target"] = row["ratio_to_ceiling"] >= DECODE_TARGETS[model]
+        partial["models"][model] = results
+    if device.type != "cuda":
+        partial["not_measured"] = {"gpu_idle_fraction": "CUDA events need a CUDA device",
+                                   "nvjpeg": "decode='device' ran the host decoder (no CUDA)"}
+    return partial

@@ -21,7 +21,9 @@ class Plan:
     bench: the GPU measurements' sizes; raw_images / decode_images: synthetic images made
     for part 2 / for the decode step; e2e_workers, scale_workers, writer_processes,
     writer_workers: what the rows of part 2 sweep (writer_workers: ``dataprep shard --workers``
-    of the shard_writers step, over the photos and ``writer_rows`` JSON lines); loader_batch,
+    of the shard_writers step, over the photos and ``writer_rows`` JSON lines);
+    device_decode_workers / cpu_decode_workers: the worker counts of end_to_end_decode's
+    decode="device" rows / of its CPU-decoding rows (ours in processes, stock); loader_batch,
     loader_epochs: batch size and epochs (persistent workers, each epoch's first batch left out
     of the rate) of the scaling loader rows;
     pytest_targets: what ``pytest -m gpu`` collects; pytest_timeout_s: its limit.
@@ -31,6 +33,8 @@ class Plan:
     raw_images: int
     decode_images: int
     e2e_workers: tuple[int, ...]
+    device_decode_workers: tuple[int, ...]
+    cpu_decode_workers: tuple[int, ...]
     scale_workers: tuple[int, ...]
     writer_processes: tuple[int, ...]
     writer_workers: tuple[int, ...]

@@ -148,8 +148,8 @@ def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> N
     steps = document["steps"]
     # Correctness first, then the figures a short lease needs most (issue 23's order).
     assert list(steps) == list(device_suite.PARTS["one"]) == [
-        "env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "scaling_loader", "scaling_shard",
-        "shard_writers"]
+        "env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "end_to_end_decode", "scaling_loader",
+        "scaling_shard", "shard_writers"]
     assert set(device_suite.PARTS["one"]) == set(device_suite.PARTS["1"]) | set(device_suite.PARTS["2"])
     for step in steps.values():
         assert step["status"] == "ok", step
@@ -157,6 +157,16 @@ def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> N
     assert pytest_step["exit_code"] == 0 and pytest_step["failed"] == [] and pytest_step["tests"] > 0
     decode = steps["decode"]["result"]
     assert decode["raw"]["cpu_full_img_s"] > 0 and decode["resized_256"]["cpu_loader_crop_img_s"] > 0
+    # The loader's decode="device" path, measured on whatever device there is, with its distance from the CPU path.
+    assert decode["raw"]["device_crop_img_s"] > 0 and decode["raw"]["device_vs_cpu_crop"] > 0
+    assert decode["raw"]["device_mad_worst"] <= 2.0
+    by_model = steps["end_to_end_decode"]["result"]["models"]
+    assert set(by_model) == {"resnet50", "resnet18"}
+    for results in by_model.values():
+        assert results["ceiling_img_s"] > 0 and all(r["img_s"] > 0 and "error" not in r for r in results["fed"])
+        assert [(r["feed"], r.get("decode")) for r in results["fed"]] == [
+            ("loaders, raw shards, decode=device", "device"), ("loaders, raw shards, decode=cpu, processes", "cpu"),
+            ("torch, raw files, float32", None)]
     if not torch.cuda.is_available():  # every CUDA-only figure says why it is missing
         assert decode["raw"]["gpu_skipped"] == "no CUDA device"
         assert steps["h2d"]["result"]["not_measured"]["pinned rows"] == "pinned host memory needs CUDA"
