@@ -15,6 +15,11 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def byte_size_or_auto(text: str) -> int | None:
+    """A byte size, or ``auto`` (None: the command chooses)."""
+    return None if text.strip().lower() == "auto" else byte_size(text)
+
+
 def fraction(text: str) -> float:
     """A fraction within [0, 1]."""
     value = float(text)

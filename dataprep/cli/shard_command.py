@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dataprep.cli.argtypes import byte_size, count, fraction, positive, seconds
+from dataprep.cli.argtypes import byte_size, byte_size_or_auto, count, fraction, positive, seconds
 from dataprep.clean.options import ImageFormat, ImageOptions, TableOptions, TextOptions
-from dataprep.commands.config import (DEFAULT_RANGE_BYTES, DEFAULT_REMOTE_TIMEOUT_S, Engine, OutputFormat, ShardConfig,
+from dataprep.commands.config import (DEFAULT_REMOTE_TIMEOUT_S, Engine, OutputFormat, ShardConfig,
                                       TokenOptions, usable_cpus)
 from dataprep.commands.summary import format_summary
 from dataprep.engines.progress import ProgressLine
@@ -91,7 +91,9 @@ def _add_tokens(g: Group) -> None:
 
 def _add_run(g: Group) -> None:
     g.add_argument("--workers", type=positive, default=usable_cpus(),
-                   help="parallel workers: cleaning threads for media, processes for tables and text "
+                   help="cores to use: writer processes that write the plan's ranges in parallel, one per core, "
+                        "each cleaning its own inputs (1, or a plan of one range: one process; media then on N "
+                        "threads). The summary says how they were shared; the output does not depend on it "
                         "(default: all cores)")
     g.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that leave RAW")
     g.add_argument("--overwrite", action="store_true", help="replace what dataprep wrote in OUT (never other files)")
@@ -99,8 +101,9 @@ def _add_run(g: Group) -> None:
                    help="fail when more than this fraction of inputs is rejected")
     g.add_argument("--allow-empty", action="store_true",
                    help="succeed even when no sample is kept (every input rejected, or none found)")
-    g.add_argument("--range-size", type=byte_size, default=f"{DEFAULT_RANGE_BYTES // 2**30}GiB",
-                   help="input bytes per range of the plan: each range is written on its own (default 4GiB)")
+    g.add_argument("--range-size", type=byte_size_or_auto, default=None, metavar="SIZE|auto",
+                   help="input bytes per range of the plan: each range is written on its own, ranges in parallel "
+                        "(default auto: 64 ranges of equal bytes, fewer of at least 4MiB for a small RAW)")
     g.add_argument("--engine", choices=[str(x) for x in Engine], default="local",
                    help="local: this machine writes the ranges; ray: one Ray task per range on a cluster "
                         "(OUT must be a folder every node sees; pip install 'shardfeed[ray]'). Same bytes either way")

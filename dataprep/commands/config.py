@@ -18,10 +18,6 @@ from dataprep.output.staging import run_staging
 from dataprep.tokenize.tokenizer import BYTES_SPEC, Tokenizer
 from dataprep.errors import as_enum, require_int, bad_argument
 
-# A range (the unit of work of a multi-node run) holds about this much input.
-DEFAULT_RANGE_BYTES = 4 * 2**30
-
-
 # How long a store request may make no progress, its retries included, before the run fails naming the URL.
 DEFAULT_REMOTE_TIMEOUT_S = 60.0
 
@@ -107,7 +103,8 @@ class ShardConfig:
 
     Options that shape the output bytes are in ``fingerprint()``; the rest (workers,
     progress, budgets, ``allow_empty``: a run that keeps no sample succeeds) may change
-    between a run and its resumption. ``range_bytes``: input bytes per range of the plan.
+    between a run and its resumption. ``range_bytes``: input bytes per range of the plan (None:
+``auto``, a size from the plan's bytes: ``dataprep.plan.range_size``).
     ``engine``, ``address``: where ranges run (``dataprep.commands.shard.make_engine``); ``address`` is Ray's
     (None: ``RAY_ADDRESS`` or a new local cluster). Neither changes the output bytes.
     ``tokens``: token output (``TokenOptions``); with a tokenizer the format is ``tokens``.
@@ -141,7 +138,7 @@ class ShardConfig:
     overwrite: bool = False
     max_reject_fraction: float | None = None
     allow_empty: bool = False
-    range_bytes: int = DEFAULT_RANGE_BYTES
+    range_bytes: int | None = None
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     engine: Engine = Engine.LOCAL
     address: str | None = None
@@ -165,8 +162,9 @@ class ShardConfig:
         for name in ("max_shard_bytes", "max_samples_per_shard"):
             require_int(name, getattr(self, name), minimum=1, optional=True, expected="a positive int",
                         error=UsageError)
-        for name in ("row_group_bytes", "workers", "range_bytes", "max_record_bytes"):
+        for name in ("row_group_bytes", "workers", "max_record_bytes"):
             require_int(name, getattr(self, name), minimum=1, error=UsageError)
+        require_int("range_bytes", self.range_bytes, minimum=1, optional=True, error=UsageError)
         if not isinstance(self.prefix, str) or not self.prefix or "/" in self.prefix or self.prefix.startswith("."):
             raise bad_argument("prefix", "a plain file-name prefix", self.prefix, UsageError)
         object.__setattr__(self, "engine", as_enum("engine", Engine, self.engine, error=UsageError))

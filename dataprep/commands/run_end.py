@@ -19,6 +19,7 @@ from dataprep.inputs.raw_source import RawSource
 from dataprep.output.target import OutTarget
 from dataprep.commands.summary import Summary
 from dataprep.engines.context import RunContext, RunOutcome
+from dataprep.engines.writer_pool import peak_rss_kib
 from dataprep.plan.run_plan import RunPlanInfo
 from dataprep.output.store import OutputStore
 from dataprep.formats.registry import manifest_schema
@@ -122,7 +123,12 @@ def summary_of(ctx: RunContext, out_name: str, outcome: RunOutcome, elapsed_s: f
         elapsed_s=elapsed_s, samples_per_s=outcome.processed / elapsed_s if elapsed_s else 0.0,
         mb_per_s=outcome.bytes_out / elapsed_s / 1e6 if elapsed_s else 0.0, resumed_from_shard=resumed_from_shard,
         layout_reason=ctx.plan.info.layout_reason, tokens=_tokens(ctx.spec.output_format, outcome.shards),
+        split=outcome.split, peak_mib=(_kib_to_mib(peak_rss_kib()), _kib_to_mib(outcome.writer_peak_kib)),
     )
+
+
+def _kib_to_mib(kib: int | None) -> float | None:
+    return None if kib is None else round(kib / 1024, 1)
 
 
 def _tokens(output_format: str, shards: tuple[ShardInfo, ...]) -> int | None:

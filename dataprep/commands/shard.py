@@ -65,7 +65,7 @@ def make_engine(config: ShardConfig) -> WriteEngine:
         return RayEngine(config.address)
     from dataprep.engines.local_engine import LocalEngine
 
-    return LocalEngine()
+    return LocalEngine(config.workers)
 
 
 def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: ProgressLine | None = None) -> Summary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dataprep.engines.context import WriterSplit
 from dataprep.formats.manifest import Totals
 from dataprep.formats.sizes import format_bytes
 
@@ -13,7 +14,11 @@ from dataprep.formats.sizes import format_bytes
 class Summary:
     """What a ``dataprep shard`` run produced. Rates count this run's own work (not resumed parts).
 
-    tokens: token ids in the shards (EOS included) for token output, else None.
+    tokens: token ids in the shards (EOS included) for token output, else None. split: how the run
+    shared its ``--workers`` cores (``engines.context.WriterSplit``: writer processes x cleaning threads,
+    and why), None where the engine does not say (``--engine ray``, an OUT already complete).
+    peak_mib: the peak resident memory of this process and of its largest writer process (MiB; None:
+    not measured, or no writer processes).
     """
 
     out: str
@@ -29,6 +34,8 @@ class Summary:
     already_complete: bool = False
     layout_reason: str | None = None
     tokens: int | None = None
+    split: WriterSplit | None = None
+    peak_mib: tuple[float | None, float | None] = (None, None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +52,8 @@ class Summary:
             "resumed_from_shard": self.resumed_from_shard,
             "already_complete": self.already_complete,
             "tokens": self.tokens,
+            "workers": self.split.to_json() if self.split is not None else None,
+            "peak_rss_mib": {"process": self.peak_mib[0], "largest_writer": self.peak_mib[1]},
         }
 
 
@@ -78,6 +87,12 @@ def format_summary(summary: Summary) -> str:
             ("elapsed", f"{summary.elapsed_s:.2f} s"),
             ("throughput", f"{summary.samples_per_s:,.1f} samples/s, {summary.mb_per_s:,.1f} MB/s written"),
         ]
+        if summary.split is not None:
+            rows += [("workers", summary.split.describe()), ("  because", summary.split.why)]
+        process, writer = summary.peak_mib
+        if process is not None:
+            rows.append(("peak memory", f"{process:,.0f} MiB" + (f", largest writer {writer:,.0f} MiB"
+                                                                 if writer is not None else "")))
         if summary.resumed_from_shard is not None:
             rows.append(("resumed at shard", str(summary.resumed_from_shard)))
     return format_table(rows)

@@ -1,5 +1,5 @@
-"""What a run decides once and hands down (``RunSpec``, ``RunContext``), and what its write loop returns
-(``RunOutcome``)."""
+"""What a run decides once and hands down (``RunSpec``, ``RunContext``), how its cores are shared
+(``WriterSplit``), and what its write loop returns (``RunOutcome``)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,36 @@ class RunContext:
 
 
 @dataclass(frozen=True)
+class WriterSplit:
+    """How a run shares its ``--workers`` cores: ``writers`` processes each writing ranges of the plan, each
+    cleaning on ``threads`` threads (1: inline, on the writing thread); ``why`` says what chose it.
+
+    One writer is the run's own process (nothing forked but a media run's supervised child).
+    """
+
+    writers: int
+    threads: int
+    why: str = ""
+
+    def describe(self) -> str:
+        """'4 writer processes x 2 cleaning threads' / '1 process, cleaning inline'."""
+        who = "1 process" if self.writers == 1 else f"{self.writers} writer processes"
+        how = "cleaning inline" if self.threads == 1 else f"{self.threads} cleaning threads"
+        return f"{who} x {how}" if self.writers > 1 and self.threads > 1 else f"{who}, {how}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"writers": self.writers, "threads_per_writer": self.threads, "why": self.why}
+
+
+@dataclass(frozen=True)
 class RunOutcome:
-    """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work)."""
+    """What the write loop of a run produced (``processed``, ``bytes_out``: this run's own work; ``split``:
+    how the engine shared the cores, None where it does not say; ``writer_peak_kib``: the largest peak
+    resident memory of its writer processes, KiB, None without writer processes or /proc)."""
 
     totals: Totals
     shards: tuple[ShardInfo, ...]
     processed: int
     bytes_out: int
+    split: WriterSplit | None = None
+    writer_peak_kib: int | None = None

@@ -41,10 +41,10 @@ _PR_SET_PDEATHSIG = 1
 def _init(context: Any, parent_pid: int) -> None:
     global _context
     _context = context
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Ask Linux to kill this worker when the parent dies (e.g. kill -9).
 
     Otherwise orphaned workers wait forever on the task pipe, whose write end every
@@ -206,7 +206,7 @@ class _Raised:
 
 
 def _forked_main(fn: Callable[..., Any], args: tuple[Any, ...], sender: Any, parent_pid: int) -> None:
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     try:
         outcome: Any = fn(*args)
     except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
@@ -228,13 +228,15 @@ class InFlight:
     int64 slots (-1: free) in an anonymous shared mapping: made before a fork, it is
     shared by parent and child, so after a child dies the parent can still read which
     inputs were being processed. Position ``p`` uses slot ``p % slots``: at most
-    ``slots`` consecutive positions may be in flight at once.
+    ``slots`` consecutive positions may be in flight at once. ``buffer``: memory to use
+    instead (e.g. a ``multiprocessing`` ``RawArray`` handed to a process however it was
+    started), ``8 * slots`` bytes.
     """
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, buffer: Any = None) -> None:
         require_int("slots", slots, minimum=1, error=ValueError)
-        self._map = mmap.mmap(-1, 8 * slots)
-        self._slots = np.frombuffer(self._map, dtype=np.int64)
+        self._map = mmap.mmap(-1, 8 * slots) if buffer is None else buffer
+        self._slots = np.frombuffer(self._map, dtype=np.int64, count=slots)
         self._slots[:] = -1
 
     @property
@@ -270,22 +272,18 @@ def threaded_ordered_map(
     At most ``window`` items are submitted and not yet yielded. Item ``i`` has position
     ``first_position + i``; with ``in_flight``, a thread marks the position of the item
     it works on until ``fn`` returns. An exception from ``fn`` is raised here, at its
-    item's turn; closing the iterator early cancels what has not started.
+    item's turn; closing the iterator early cancels what has not started. One worker runs
+    ``fn`` on the calling thread (no hand-off between threads), marking ``in_flight`` alike.
     """
     if in_flight is not None and in_flight.slots < window:
         raise ValueError(f"in_flight has {in_flight.slots} slots, fewer than the window of {window}")
-
-    def task(position: int, item: T) -> R:
-        if in_flight is None:
-            return fn(context, item)
-        in_flight.mark(position)
-        try:
-            return fn(context, item)
-        finally:
-            in_flight.clear(position)
-
+    task = _Marked(fn, context, in_flight)
     numbered = enumerate(items, first_position)
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="dataprep-clean") as pool:
+    if workers <= 1:
+        for position, item in numbered:
+            yield task(position, item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="dataprep-clean") as pool:
         pending: deque[Future[R]] = deque(pool.submit(task,
                                                       *pair) for pair in itertools.islice(numbered, max(1, window)))
         try:
@@ -299,6 +297,24 @@ def threaded_ordered_map(
         finally:
             for future in pending:
                 future.cancel()
+
+
+@dataclass(frozen=True)
+class _Marked(Generic[T, R]):
+    """``fn(context, item)``, the item's position marked in ``in_flight`` (if any) while it runs."""
+
+    fn: Callable[[Any, T], R]
+    context: Any
+    in_flight: InFlight | None
+
+    def __call__(self, position: int, item: T) -> R:
+        if self.in_flight is None:
+            return self.fn(self.context, item)
+        self.in_flight.mark(position)
+        try:
+            return self.fn(self.context, item)
+        finally:
+            self.in_flight.clear(position)
 
 
 def _chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:

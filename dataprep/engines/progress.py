@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from dataprep.formats.manifest import Totals
+
+
+class ProgressSink(Protocol):
+    """Where a write loop reports its counts (this run's own work): the terminal line, or a writer's slot."""
+
+    def update(self, done: int, rejected: int, nbytes: int, *, force: bool = False) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class ProgressLine:
@@ -36,6 +44,16 @@ class ProgressLine:
             return
         self._redraw(f"ranges {done:,}/{total:,}  samples {totals.samples_kept:,}  rejects {totals.rejected:,}  "
                      f"inputs {totals.inputs_seen:,}  {totals.inputs_seen / elapsed:,.0f} inputs/s   ")
+
+    def writers(self, phase: str, ranges_done: int, ranges: int, done: int, rejected: int, nbytes: int, *,
+                force: bool = False) -> None:
+        """The line of a run on writer processes: ``phase`` ("writing", "finding duplicates"), ranges
+        finished of ``ranges``, and the inputs, rejects and shard bytes of every writer together."""
+        elapsed = self._due(force)
+        if elapsed is None:
+            return
+        self._redraw(f"{phase}: ranges {ranges_done:,}/{ranges:,}  {done:,} inputs  {done / elapsed:,.0f} samples/s  "
+                     f"{nbytes / elapsed / 1e6:,.1f} MB/s  rejects {rejected:,}   ")
 
     def _due(self, force: bool) -> float | None:
         """Seconds since the start when the line is to be redrawn now (enabled, and forced or not drawn

@@ -14,17 +14,16 @@ every attempt folder before its tasks start (``remove_attempts``).
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, Checkpoint, save_checkpoint
+from dataprep.plan.checkpoint import MODE_RANGES, MODE_RAY, PARTIAL_REJECTS_PATH, Checkpoint, save_checkpoint
 from dataprep.errors import UsageError
-from dataprep.formats.manifest import Totals
-from dataprep.engines.range_tasks import (ATTEMPTS_DIR, DIGEST_PARTITIONS, DUPS_DONE, PROBE_DIR, GroupTask, RangeResult,
-                                          RangeTask, digests_name, group_partition, grouped_name, probe_name,
-                                          range_digests, rejects_name, write_range)
+from dataprep.engines.grouping import has_digests
+from dataprep.engines.state_files import (ATTEMPTS_DIR, DIGEST_PARTITIONS, DUPS_DONE, PROBE_DIR, dups_name,
+                                          join_rejects, rejects_name)
+from dataprep.engines.range_tasks import (GroupTask, RangeResult, RangeTask, group_partition, probe_name,
+                                          range_digests, write_range)
 from dataprep.engines.progress import ProgressLine
 from dataprep.engines.context import RunContext, RunOutcome
 from dataprep.output.store import OutputStore, leaf
@@ -50,9 +49,10 @@ class TaskExecutor(Protocol):
 def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, executor: TaskExecutor) -> RunOutcome:
     """Write every range not yet done as a task; the run's totals and shards, and this run's own work."""
     store, num_ranges = ctx.store, ctx.plan.num_ranges
-    if checkpoint.is_started:
-        raise UsageError(f"{store.describe()} holds a run started with --engine local (stopped in range "
-                         f"{checkpoint.range}); resume it with --engine local, or pass --overwrite to start again")
+    if checkpoint.is_started or checkpoint.mode == MODE_RANGES:
+        where = "its writer processes" if checkpoint.mode == MODE_RANGES else f"stopped in range {checkpoint.range}"
+        raise UsageError(f"{store.describe()} holds a run started with --engine local ({where}); resume it with "
+                         "--engine local, or pass --overwrite to start again")
     executor.check_shared(store)
     remove_attempts(store)
     if ctx.spec.handler.finds_duplicates() and not store.exists(DUPS_DONE):
@@ -65,7 +65,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
         if result.index in checkpoint.ranges_done:  # a range run twice: the first published result stands
             continue
         publish_attempt(store, result)
-        checkpoint = _record(checkpoint, result)
+        checkpoint = checkpoint.with_range_done(result.index, result.totals, result.shards, mode=MODE_RAY)
         save_checkpoint(store, checkpoint)
         processed += result.processed
         bytes_out += result.bytes_out
@@ -73,7 +73,7 @@ def run_ranges(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, 
         log.info("range %d done: %d shards, %d inputs", result.index, len(result.shards), result.totals.inputs_seen)
     progress.ranges(len(checkpoint.ranges_done), num_ranges, checkpoint.totals, force=True)
     progress.close()
-    _join_rejects(store, num_ranges)
+    join_rejects(store, PARTIAL_REJECTS_PATH, num_ranges)
     return RunOutcome(checkpoint.totals, checkpoint.shards, processed, bytes_out)
 
 
@@ -127,43 +127,19 @@ def check_probes(store: OutputStore, token: str, answers: Iterable[tuple[str, st
                              f"cannot see it ({probe_name(token, node)}); {hint}")
 
 
-def _record(checkpoint: Checkpoint, result: RangeResult) -> Checkpoint:
-    """The checkpoint with range ``result.index`` completed (idempotent for a range run twice)."""
-    if result.index in checkpoint.ranges_done:
-        return checkpoint
-    a, b = checkpoint.totals, result.totals
-    reasons = dict(a.rejected_by_reason)
-    for reason, count in b.rejected_by_reason.items():
-        reasons[reason] = reasons.get(reason, 0) + count
-    totals = Totals(a.inputs_seen + b.inputs_seen, a.samples_kept + b.samples_kept, a.rejected + b.rejected, reasons)
-    shards = tuple(sorted((*checkpoint.shards, *result.shards), key=lambda s: s.name))
-    ranges_done = tuple(sorted((*checkpoint.ranges_done, result.index)))
-    return replace(checkpoint, totals=totals, shards=shards, ranges_done=ranges_done)
-
-
 def _find_duplicates(ctx: RunContext, executor: TaskExecutor) -> None:
     """Both passes of duplicate finding (``range_tasks``), skipping what a killed driver had finished."""
     store, num_ranges = ctx.store, ctx.plan.num_ranges
-    missing = [_task(ctx, r) for r in range(num_ranges)
-               if not all(store.exists(digests_name(r, p)) for p in range(DIGEST_PARTITIONS))]
+    missing = [_task(ctx, r) for r in range(num_ranges) if not has_digests(store, r)]
     records = 0
     for result in executor.map_unordered(range_digests, missing):
         publish_folder(store, result.attempt, result.names, result.last)
         records += result.count
     log.info("digests of %d ranges written (%d records); grouping them in plan order", len(missing), records)
-    groups = [GroupTask(store, p, num_ranges) for p in range(DIGEST_PARTITIONS)
-              if not store.exists(grouped_name(p))]
+    groups = [GroupTask(store, p, num_ranges) for p in range(DIGEST_PARTITIONS) if not store.exists(dups_name(p))]
     found = 0
     for result in executor.map_unordered(group_partition, groups):
         publish_folder(store, result.attempt, result.names, result.last)
         found += result.count
     log.info("%d duplicates found in %d partitions", found, len(groups))
     store.write_bytes(DUPS_DONE, b"1\n")
-
-
-def _join_rejects(store: OutputStore, num_ranges: int) -> None:
-    """The run's rejects file (the state folder's partial one): every range's rejects, in range order."""
-    with store.writer(PARTIAL_REJECTS_PATH) as dst:
-        for index in range(num_ranges):
-            with store.open_read(rejects_name(index)) as src:
-                shutil.copyfileobj(src, dst, 1 << 20)

@@ -4,27 +4,16 @@ A task reads the saved plan from OUT (a folder every node sees, or a store URL: 
 fetched into the task's private folder, ``OutputStore.fetch``), writes one whole range
 (its shards are named by the range), and returns its shard list and counts; its rejects
 go to a file of its own. Duplicates of table rows and text (first in plan order wins) are
-found before writing, without running ranges in sequence, in two passes of tasks:
-``range_digests`` cleans a range (the key is the cleaned value: cleaning is done twice,
-the price of not storing cleaned records) and writes its digests split into
-``DIGEST_PARTITIONS`` partitions by their first byte; ``group_partition`` reads one
-partition of every range in plan order through an on-disk ``SeenSet`` (bounded memory, on
-the node's temporary disk) and writes each range's duplicate ordinals of that partition.
-A digest lives in one partition only, so the result does not depend on the number of
-partitions. ``write_range`` then knows its duplicates. Media duplicates are in the plan.
+found before writing, without running ranges in sequence, in two passes of tasks
+(``dataprep.engines.grouping``): ``range_digests`` cleans a range (the key is the cleaned
+value: cleaning is done twice, the price of not storing cleaned records on a node) and
+writes its digests split into ``DIGEST_PARTITIONS`` partitions by their first byte;
+``group_partition`` groups one partition of every range in plan order (sorted in memory,
+or through an on-disk ``SeenSet`` on the node's temporary disk when large) and writes each
+range's duplicate ordinals of that partition. ``write_range`` then knows its duplicates.
+Media duplicates are in the plan.
 
-Files (in ``OUT/.dataprep/ranges/``; removed with the state folder when the run ends)::
-
-    digests-RRRRR-PP.bin  records (int64 ordinal, uint8 length, digest) of range R, partition P
-    dups-RRRRR-PP.npy     int64 [D] sorted ordinals of the duplicates of range R in partition P
-    grouped-PP.done       partition P is grouped
-    dups.done             every range's duplicates are known
-    rejects-RRRRR.jsonl   rejects of range R, in plan order
-    attempts/KIND-N-TOKEN/ what one attempt at a task wrote, under the last part of each final name
-                          (range-RRRRR: shards, sidecars, rejects; digests-RRRRR; grouped-PP)
-    probe/                one file per node: OUT is shared (``probe_node``, ``range_driver.check_probes``)
-
-An ordinal counts the raw records of a range in plan order, from 0.
+The files: ``dataprep.engines.state_files``; the digest files and their grouping: ``grouping``.
 
 Attempts. A task of a driver that was killed may go on running on a worker node while
 the restarted driver runs the same task again; a task Ray retries after losing its node
@@ -38,20 +27,15 @@ overwritten), stops.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import struct
-import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dataprep.plan.checkpoint import STATE_DIR, state_dir
+from dataprep.plan.checkpoint import state_dir
 from dataprep.errors import UsageError
 from dataprep.formats.manifest import ShardInfo, Totals
 from dataprep.inputs.records import Reject
@@ -62,35 +46,16 @@ from dataprep.output.object_store import ObjectOutputStore
 from dataprep.inputs.raw_source import stage_units
 from dataprep.remote import RemoteNotFoundError, RemoteStore, is_remote_url
 from dataprep.plan.run_plan import PLAN_NAME, RunPlan, plan_names
-from dataprep.plan.seen import SeenSet
 from dataprep.output.store import LocalStore, OutputStore, leaf
+from dataprep.engines.grouping import DigestWriter, dups_bytes, load_duplicates, partition_duplicates
+from dataprep.engines.state_files import (ATTEMPTS_DIR, DIGEST_PARTITIONS, DUPS_DONE, PROBE_DIR, RANGES_DIR,
+                                          digests_name, dups_name, rejects_name)
 from dataprep.engines.supervisor import run_supervised
 from dataprep.engines.write_loop import ProcessCleaning, WriteLoop
 
-RANGES_DIR = f"{STATE_DIR}/ranges"
-ATTEMPTS_DIR = f"{RANGES_DIR}/attempts"
-PROBE_DIR = f"{RANGES_DIR}/probe"
-DUPS_DONE = f"{RANGES_DIR}/dups.done"
-DIGEST_PARTITIONS = 16
-_DIGEST_HEAD = struct.Struct("<qB")
-# Global position of a record for the duplicate set: range << 40 | ordinal (ranges hold < 2**40 records).
-_ORDINAL_BITS = 40
-
-
-def digests_name(index: int, part: int) -> str:
-    return f"{RANGES_DIR}/digests-{index:05d}-{part:02d}.bin"
-
-
-def dups_name(index: int, part: int) -> str:
-    return f"{RANGES_DIR}/dups-{index:05d}-{part:02d}.npy"
-
-
-def grouped_name(part: int) -> str:
-    return f"{RANGES_DIR}/grouped-{part:02d}.done"
-
-
-def rejects_name(index: int) -> str:
-    return f"{RANGES_DIR}/rejects-{index:05d}.jsonl"
+__all__ = ["ATTEMPTS_DIR", "DIGEST_PARTITIONS", "DUPS_DONE", "PROBE_DIR", "GroupTask", "PassResult", "RangeResult",
+           "RangeTask", "digests_name", "dups_name", "group_partition", "probe_node", "range_digests",
+           "rejects_name", "start_attempt", "write_range"]
 
 
 def probe_name(token: str, node: str) -> str:
@@ -177,16 +142,14 @@ def range_digests(task: RangeTask) -> PassResult:
     results = ProcessCleaning(task.threads).results(ctx.spec.handler, items, start)
     ordinal = 0
     attempt, own = start_attempt(task.store, f"digests-{task.index:05d}")
-    names = tuple(digests_name(task.index, p) for p in range(DIGEST_PARTITIONS))
-    with ExitStack() as stack:
-        parts = [stack.enter_context(own.writer(leaf(name))) for name in names]
+    with DigestWriter(own, task.index, leaf_name=True) as digests:
         for result in results:
             if not isinstance(result, Reject):
                 digest = ctx.spec.handler.dedup_digest(result)
                 if digest is not None:
-                    parts[digest[0] % DIGEST_PARTITIONS].write(_DIGEST_HEAD.pack(ordinal, len(digest)) + digest)
+                    digests.add(ordinal, digest)
             ordinal += 1
-    return PassResult(ordinal, attempt, names)
+    return PassResult(ordinal, attempt, (digests.name,))
 
 
 @dataclass(frozen=True)
@@ -202,22 +165,9 @@ def group_partition(task: GroupTask) -> PassResult:
     """Second pass: the duplicates among partition ``part`` of every range's digests (count: how many)."""
     store = task.store
     attempt, own = start_attempt(store, f"grouped-{task.part:02d}")
-    names: list[str] = []
-    found = 0
-    with tempfile.TemporaryDirectory(prefix="dataprep-seen-") as scratch, SeenSet.open(Path(scratch) / "seen") as seen:
-        for index in range(task.num_ranges):
-            dups: list[int] = []
-            base = index << _ORDINAL_BITS
-            for ordinal, digest in _read_digests(store, digests_name(index, task.part)):
-                if seen.first(digest, base + ordinal) is not None:
-                    dups.append(ordinal)
-            buffer = io.BytesIO()
-            np.save(buffer, np.asarray(dups, dtype=np.int64))
-            names.append(dups_name(index, task.part))
-            own.write_bytes(leaf(names[-1]), buffer.getvalue())
-            found += len(dups)
-    own.write_bytes(leaf(grouped_name(task.part)), b"1\n")
-    return PassResult(found, attempt, tuple(names), grouped_name(task.part))
+    per_range = partition_duplicates(store, task.part, task.num_ranges)
+    own.write_bytes(leaf(dups_name(task.part)), dups_bytes(per_range))
+    return PassResult(sum(len(d) for d in per_range), attempt, (dups_name(task.part),))
 
 
 @dataclass(frozen=True)
@@ -246,8 +196,7 @@ def write_range(task: RangeTask) -> RangeResult:
     store = task.store
     duplicates = np.zeros(0, dtype=np.int64)
     if task.spec.handler.finds_duplicates():
-        parts = [np.load(io.BytesIO(store.read_bytes(dups_name(task.index, p)))) for p in range(DIGEST_PARTITIONS)]
-        duplicates = np.sort(np.concatenate(parts))
+        duplicates = load_duplicates(store, task.index)
     attempt, own = start_attempt(store, f"range-{task.index:05d}")
     ctx = task.context(own)
     mode = RangeTaskRun(ctx, task.index, leaf(rejects_name(task.index)), duplicates)
@@ -271,10 +220,3 @@ def probe_node(out: str, token: str) -> tuple[str, bool]:
     if seen:
         store.write_bytes(probe_name(token, node), token.encode())
     return node, seen
-
-
-def _read_digests(store: OutputStore, name: str) -> Iterator[tuple[int, bytes]]:
-    with store.open_read(name) as f:
-        while head := f.read(_DIGEST_HEAD.size):
-            ordinal, length = _DIGEST_HEAD.unpack(head)
-            yield ordinal, f.read(length)

@@ -1,4 +1,5 @@
-"""The two modes of the write loop (``write_loop.WriteMode``): a checkpointed run, and one range as a task.
+"""The modes of the write loop (``write_loop.WriteMode``): a checkpointed run, one range of writer processes,
+and one range as a task.
 
 ``CheckpointedRun`` (``--engine local``) writes the ranges from its checkpoint to the end of
 the plan; its rejects go to the state folder's partial rejects file, duplicates are found
@@ -7,17 +8,26 @@ rejects, the duplicate set and the checkpoint document durable, so a killed run 
 from the last one. ``RangeTaskRun`` (a task of ``--engine ray``, ``dataprep.engines.range_tasks``)
 writes one range whole into its attempt's folder; its duplicates were found beforehand
 across ranges, and nothing is checkpointed: a task that fails is run again from the
-range's start.
+range's start. ``RangeWriterRun`` (a writer process of ``--engine local``,
+``dataprep.engines.local_writers``) writes one range from its place, into OUT itself: its
+rejects go to the range's own file, its duplicates were found beforehand across ranges,
+and at every closed shard the place reached is made durable and reported to the parent
+(which records it in the checkpoint), so a killed run loses at most the open shard.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import BinaryIO
 
 import numpy as np
 
-from dataprep.plan.checkpoint import PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint, save_checkpoint, state_dir
+from dataprep.errors import FormatError
+from dataprep.plan.checkpoint import (MODE_SEQUENTIAL, PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint,
+                                      save_checkpoint, state_dir)
+from dataprep.engines.state_files import rejects_name
 from dataprep.engines.handlers import LayoutHandler
 from dataprep.plan.outdir import open_output
 from dataprep.formats.samples import CleanRecord, EncodedSample
@@ -32,6 +42,7 @@ class CheckpointedRun:
     def __init__(self, ctx: RunContext, start: Checkpoint) -> None:
         self.ctx, self.start = ctx, start
         self._seen: SeenSet | None = None  # opened where the loop runs (the writing child), on first use
+        self._synced = start.rejects_bytes
 
     def ranges(self) -> range:
         return range(self.start.range, self.ctx.plan.num_ranges)
@@ -45,11 +56,11 @@ class CheckpointedRun:
 
     def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
         store = self.ctx.store
-        store.sync(rejects)
+        self._synced = sync_new(store, rejects, self._synced)
         if self._seen is not None:
             self._seen.commit()
             store.publish(f"{SEEN_PATH}/{name}" for name in self._seen.committed_files())
-        save_checkpoint(store, checkpoint)
+        save_checkpoint(store, replace(checkpoint, mode=MODE_SEQUENTIAL))
 
     def finish(self, rejects: BinaryIO) -> None:
         """Nothing left: the end of the last range was a checkpoint."""
@@ -82,7 +93,7 @@ class RangeTaskRun:
 
     def __init__(self, ctx: RunContext, index: int, rejects_name: str, duplicates: np.ndarray) -> None:
         self.ctx, self.index = ctx, index
-        self.rejects_name, self.duplicates = rejects_name, duplicates
+        self.rejects_name, self.duplicates = rejects_name, SortedOrdinals(duplicates)
         self.start = Checkpoint(range=index, position=ctx.plan.range_bounds(index)[0])
 
     @property
@@ -96,9 +107,7 @@ class RangeTaskRun:
         return self.store.appender(self.rejects_name, fresh=True)
 
     def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
-        dups = self.duplicates
-        at = int(np.searchsorted(dups, records_done))
-        return at < len(dups) and int(dups[at]) == records_done
+        return self.duplicates.holds(records_done)
 
     def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
         """Nothing to record: a range task is never resumed half-way."""
@@ -112,3 +121,86 @@ class RangeTaskRun:
     def after_crash(self) -> RangeTaskRun:
         """The same range again, from its start (its attempt's files are written again)."""
         return self
+
+
+class RangeWriterRun:
+    """Range ``start.range`` from ``start`` (its place) to its end, in a writer process (module docstring).
+
+    duplicates: int64 [D], sorted ordinals (over the range's raw records in plan order) of the
+    records that repeat an earlier record of the plan; report: called with the range's place
+    after every closed shard, once what it counts is durable (rejects synced, shards published).
+    """
+
+    def __init__(self, ctx: RunContext, start: Checkpoint, duplicates: np.ndarray,
+                 report: Callable[[Checkpoint], None]) -> None:
+        self.ctx, self.start, self.duplicates, self.report = ctx, start, SortedOrdinals(duplicates), report
+        self.index = start.range
+        self._synced = start.rejects_bytes
+
+    def ranges(self) -> range:
+        return range(self.index, self.index + 1)
+
+    def rejects(self) -> AbstractContextManager[BinaryIO]:
+        return _rejects_from(self.ctx.store, rejects_name(self.index), self.start.rejects_bytes)
+
+    def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
+        return self.duplicates.holds(records_done)
+
+    def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
+        self._synced = sync_new(self.ctx.store, rejects, self._synced)
+        if checkpoint.range == self.index:  # the range's end is reported by its outcome
+            self.report(checkpoint)
+
+    def finish(self, rejects: BinaryIO) -> None:
+        self._synced = sync_new(self.ctx.store, rejects, self._synced)
+
+    def close(self) -> None:
+        """Nothing held."""
+
+    def after_crash(self) -> RangeWriterRun:
+        """Not used: the parent starts the range again from the last place it recorded."""
+        return self
+
+
+def sync_new(store: OutputStore, rejects: BinaryIO, synced: int) -> int:
+    """Make the rejects file durable if anything was appended since it was, at ``synced`` bytes; its length.
+
+    A file whose length has not changed is not synced again: an fsync costs ~5 ms on a virtual disk, and a
+    range of images has no reject most of the time.
+    """
+    length = rejects.tell()
+    if length != synced:
+        store.sync(rejects)
+    return length
+
+
+class SortedOrdinals:
+    """Whether an ordinal is in a sorted int64 array, asked for increasing ordinals (each record once, in plan
+    order): a comparison per question, a step per member; an ordinal smaller than the last is looked up."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self._values = values
+        self._at = 0
+        self._next = int(values[0]) if len(values) else None
+
+    def holds(self, value: int) -> bool:
+        if self._at and int(self._values[self._at - 1]) >= value:
+            at = int(np.searchsorted(self._values, value))
+            return at < len(self._values) and int(self._values[at]) == value
+        while self._next is not None and self._next < value:
+            self._at += 1
+            self._next = int(self._values[self._at]) if self._at < len(self._values) else None
+        return self._next == value
+
+
+@contextmanager
+def _rejects_from(store: OutputStore, name: str, length: int) -> Iterator[BinaryIO]:
+    """Rejects file ``name`` opened to append after its first ``length`` bytes (what a place counts)."""
+    with store.appender(name, fresh=length == 0) as f:
+        size = f.seek(0, 2)
+        if size < length:
+            raise FormatError(f"{store.describe()}/{name}: {size} bytes, but the checkpoint counts {length}; the "
+                              "run's state is damaged: rerun with --overwrite")
+        f.truncate(length)
+        f.seek(length)
+        yield f

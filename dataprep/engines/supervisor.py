@@ -16,7 +16,7 @@ import logging
 from dataprep.errors import WorkerCrashError
 from dataprep.engines.parallel import InFlight, describe_exit, run_forked
 from dataprep.inputs.records import Reject
-from dataprep.engines.progress import ProgressLine
+from dataprep.engines.progress import ProgressSink
 from dataprep.engines.context import RunContext, RunOutcome
 from dataprep.engines.write_loop import ThreadCleaning, WriteLoop, WriteMode, crash_culprits
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 THREAD_WINDOW_PER_WORKER = 32
 
 
-def run_supervised(ctx: RunContext, mode: WriteMode, progress: ProgressLine) -> RunOutcome:
+def run_supervised(ctx: RunContext, mode: WriteMode, progress: ProgressSink) -> RunOutcome:
     """Run the write loop in a forked child cleaning media on ``config.workers`` threads; survive decoder crashes."""
     workers = ctx.workers
     in_flight = InFlight(workers * THREAD_WINDOW_PER_WORKER)

@@ -14,8 +14,12 @@ What the loop does not decide, it is handed as objects behind one interface each
   are told, what a checkpoint does: a checkpointed run (``CheckpointedRun``) or one range
   written whole as a task (``RangeTaskRun``);
 - ``Cleaning``: worker processes (``ProcessCleaning``: table rows and text, whose cleaning
-  holds the GIL) or threads of this process (``ThreadCleaning``: media, in a forked child
-  that ``dataprep.engines.supervisor`` watches for decoder crashes).
+  holds the GIL; with one worker, inline) or threads of this process (``ThreadCleaning``:
+  media, in a process that is watched for decoder crashes: ``dataprep.engines.supervisor``'s
+  forked child, or a writer process of ``dataprep.engines.local_writers``);
+- ``spill``: the range's records already cleaned (``dataprep.engines.spill``), read instead of
+  RAW when a writer process cleaned them in the pass that found duplicates;
+- ``ProgressSink``: where the loop reports its counts (``dataprep.engines.progress``).
 
 Everything it writes goes through the run's ``OutputStore`` (``dataprep.output.store``).
 """
@@ -36,8 +40,9 @@ from dataprep.formats.manifest import ShardInfo, Totals
 from dataprep.engines.parallel import InFlight, describe_exit, ordered_map, run_forked, threaded_ordered_map
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.inputs.records import RawRecord, Reject, RejectReason, reject_line
-from dataprep.engines.progress import ProgressLine
+from dataprep.engines.progress import ProgressSink
 from dataprep.engines.context import RunContext, RunOutcome
+from dataprep.engines.spill import read_spill
 from dataprep.plan.run_plan import RunPlan
 from dataprep.tokenize.stage import TokenStage
 from dataprep.formats.writer import ShardWriter
@@ -116,7 +121,8 @@ class ThreadCleaning:
 
     def results(self, handler: LayoutHandler, items: Iterator[Item],
                 first_position: int) -> Generator[Result, None, None]:
-        prepare_threads()
+        if self.workers > 1:  # one worker cleans on the calling thread: Pillow loads the plugins it needs
+            prepare_threads()
         # One raw record per media unit, so item i is at plan position first_position + i.
         return threaded_ordered_map(clean_item, items, context=handler, workers=self.workers,
                                     window=self.in_flight.slots, first_position=first_position,
@@ -173,8 +179,9 @@ class WriteMode(Protocol):
 class WriteLoop:
     """The write loop of one run: plan ranges -> results in plan order -> rejects file, writers, checkpoints."""
 
-    def __init__(self, ctx: RunContext, mode: WriteMode, cleaning: Cleaning, progress: ProgressLine) -> None:
-        self.ctx, self.mode, self.cleaning, self.progress = ctx, mode, cleaning, progress
+    def __init__(self, ctx: RunContext, mode: WriteMode, cleaning: Cleaning, progress: ProgressSink,
+                 spill: str | None = None) -> None:
+        self.ctx, self.mode, self.cleaning, self.progress, self.spill = ctx, mode, cleaning, progress, spill
         start = mode.start
         self.checkpoint = start
         self.counts: Counter[str] = Counter(start.totals.rejected_by_reason)
@@ -246,7 +253,10 @@ class WriteLoop:
     def _results(self, first: int, stop: int, skip: int, tags: deque[Tag]) -> Generator[Result, None, None]:
         """Results in plan order, cleaned, duplicates told, tokenized for token output; ``tags`` gets each
         one's (position, record) as it is submitted."""
-        cleaned = self.cleaning.results(self.ctx.spec.handler, self._items(first, stop, skip, tags), first + skip)
+        if self.spill is not None:  # cleaned already, in plan order: one range's records, read from `skip` on
+            cleaned = read_spill(self.ctx.store, self.spill, (first, skip), tags)
+        else:
+            cleaned = self.cleaning.results(self.ctx.spec.handler, self._items(first, stop, skip, tags), first + skip)
         kept = self._deduplicated(cleaned, self.records_done)
         return kept if self.tokens is None else self.tokens.documents(kept)
 

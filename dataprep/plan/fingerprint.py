@@ -45,6 +45,8 @@ def describe_option(key: str, value: Any) -> str:
     flag = OPTION_FLAGS.get(key, key)
     if key == "tokens.tokenizer" and isinstance(value, dict):
         return f"{flag} {value.get('path')} (sha256 {str(value.get('sha256'))[:16]}...)"
+    if key == "range_bytes" and value is None:
+        return f"{flag} auto"
     if key in _SWITCHES:
         return f"with {flag}" if value == _SWITCHES[key] else f"without {flag}"
     if value is None or value == [] or value == ():

@@ -33,6 +33,7 @@ from dataprep.inputs.walk import RawFile
 from dataprep.plan.duplicates import find_duplicates, primary_image
 from dataprep.plan.external_sort import SortLimits
 from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
+from dataprep.plan.range_size import even_range_starts_of_chunks, part_bytes_for
 from dataprep.plan.plan_input import PlanInput, RawTree
 from dataprep.plan.run_plan import (BYTES_NAME, OFFSETS_NAME, ORDER_NAME, PLAN_NAME, RANGES_NAME, REPLACED_INDEX_NAME,
                                     REPLACED_NAME, REPLACED_OFFSETS_NAME, UNITS_NAME, LabelMap, PlanOptions,
@@ -87,10 +88,7 @@ def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path, f
         built = _build(options, choice.layout, directory, source, limits or PlanLimits())
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    splitter = RangeSplitter(options.range_bytes)
-    for chunk in read_npy_chunks(directory / BYTES_NAME, _CHUNK_ROWS):
-        splitter.add(chunk)
-    range_starts = splitter.finish()
+    range_starts = _range_starts(directory / BYTES_NAME, options.range_bytes)
     np.save(directory / RANGES_NAME, range_starts)
     num_units = int(np.load(directory / ORDER_NAME, mmap_mode="r").shape[0])
     info = RunPlanInfo(layout=str(choice.layout), layout_reason=choice.reason, fingerprint=fingerprint,
@@ -98,6 +96,16 @@ def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path, f
                        label_map=built.label_map, table_schema=built.table_schema)
     atomic_write_bytes(directory / PLAN_NAME, info.to_bytes())
     return RunPlan(directory)
+
+
+def _range_starts(bytes_path: Path, range_bytes: int | None) -> np.ndarray:
+    """``run_plan.split_ranges`` of the unit sizes in ``bytes_path``, read in chunks."""
+    if range_bytes is None:
+        return even_range_starts_of_chunks(lambda: read_npy_chunks(bytes_path, _CHUNK_ROWS))
+    splitter = RangeSplitter(range_bytes)
+    for chunk in read_npy_chunks(bytes_path, _CHUNK_ROWS):
+        splitter.add(chunk)
+    return splitter.finish()
 
 
 def _build(options: PlanOptions, layout: Layout, directory: Path, source: PlanInput, limits: PlanLimits) -> _Built:
@@ -163,7 +171,7 @@ def _file_units(options: PlanOptions, layout: Layout, source: PlanInput, skip: C
     items: Iterable[RawFile | Reject] = source.items()
     if skip is not None:
         items = (item for item in items if not skip(item.source if isinstance(item, Reject) else item.rel))
-    return file_units(items, layout, options.text_unit, min(MAX_PART_BYTES, options.range_bytes),
+    return file_units(items, layout, options.text_unit, part_bytes_for(options.range_bytes, MAX_PART_BYTES),
                       single=source.single_file, keys=keys)
 
 

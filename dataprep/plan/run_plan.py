@@ -57,6 +57,7 @@ from dataprep.inputs.records import Unit
 from dataprep.inputs.sources import Layout
 from dataprep.inputs.text import TextUnit
 from dataprep.output.store import STATE_DIR
+from dataprep.plan.range_size import even_range_starts
 
 PLAN_VERSION = 2
 PLAN_NAME = "plan.json"
@@ -198,13 +199,13 @@ class PlanOptions:
     """What planning reads of a run's options.
 
     raw: RAW (``RawSource``: its folder, symlink policy, and OUT when OUT lies inside it);
-    range_bytes: input bytes per range; seed, shuffle: the order of media inputs; text_unit:
-    a text file is one document or one per line; table: ``--schema``, ``--required``,
+    range_bytes: input bytes per range (None: ``auto``, ``range_size``); seed, shuffle: the order
+    of media inputs; text_unit: a text file is one document or one per line; table: ``--schema``, ``--required``,
     ``--dedup-on``; text_column: for token output, the table column tokenized (None: none).
     """
 
     raw: RawSource
-    range_bytes: int
+    range_bytes: int | None
     seed: int = 0
     shuffle: bool = True
     text_unit: TextUnit = TextUnit.FILE
@@ -212,12 +213,15 @@ class PlanOptions:
     text_column: str | None = None
 
 
-def split_ranges(unit_bytes: np.ndarray, range_bytes: int) -> np.ndarray:
+def split_ranges(unit_bytes: np.ndarray, range_bytes: int | None) -> np.ndarray:
     """int64 [R + 1]: range starts over positions; a range closes once it holds ``range_bytes`` or more.
 
-    A pure function of the plan's unit sizes and ``range_bytes``: the same plan always
-    splits the same way, whoever runs it. An empty plan has one empty range.
+    A pure function of the plan's unit sizes and ``range_bytes`` (None: ``auto``, ranges of
+    equal bytes, ``range_size.even_range_starts``): the same plan always splits the same
+    way, whoever runs it. An empty plan has one empty range.
     """
+    if range_bytes is None:
+        return even_range_starts(unit_bytes)
     starts = [0]
     total = 0
     for position, nbytes in enumerate(unit_bytes.tolist()):

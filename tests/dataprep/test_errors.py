@@ -62,7 +62,7 @@ def test_shard_config_coerces_paths_and_choices_once(tmp_path):
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"workers": 0}, "'workers' must be a positive int (got 0 that is a int)"),
-    ({"range_bytes": True}, "'range_bytes' must be a positive int (got True that is a bool)"),
+    ({"range_bytes": True}, "'range_bytes' must be a positive int or None (got True that is a bool)"),
     ({"max_shard_bytes": -1}, "'max_shard_bytes' must be a positive int (got -1 that is a int)"),
     ({"prefix": "a/b"}, "'prefix' must be a plain file-name prefix (got 'a/b' that is a str)"),
 ])

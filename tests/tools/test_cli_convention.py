@@ -26,7 +26,7 @@ NO_REPORT = {
 REPORTING = ["tools.bench.codec_bench", "tools.bench.decode_bench", "tools.bench.open_bench", "tools.bench.pack_bench",
              "tools.bench.peer_bench", "tools.bench.plan_bench",
              "tools.bench.region_bench", "tools.bench.remote_bench", "tools.bench.shard_bench",
-             "tools.bench.token_bench", "tools.bench.token_threads", "tools.bench.tree_ab",
+             "tools.bench.token_bench", "tools.bench.token_threads", "tools.bench.tree_ab", "tools.bench.writers_bench",
              "tools.gpu.gpu_bench", "tools.profile.cpu", "tools.profile.disk", "tools.profile.loader",
              "tools.review.__main__", "tools.suites.torch.torch_suite"]
 

@@ -215,29 +215,29 @@ def test_kill_9_between_publishing_rejects_and_the_manifest(tmp_path):
 _KILL_AT_CHECKPOINT = """
 import os, signal, sys
 from dataprep.commands import run_output as output, shard
-from dataprep.engines import run_modes
+from dataprep.engines import local_writers, run_modes
 from dataprep.cli import main
 real, calls = shard.save_checkpoint, []
 def save_then_die(store, checkpoint):
     real(store, checkpoint)
     calls.append(1)
     if len(calls) == int(os.environ["KILL_AT"]):
-        os.kill(os.getpid(), signal.SIGKILL)
-shard.save_checkpoint = run_modes.save_checkpoint = save_then_die
+        os.killpg(0, signal.SIGKILL)  # the run's whole group (its writer processes too), as a power cut
+shard.save_checkpoint = run_modes.save_checkpoint = local_writers.save_checkpoint = save_then_die
 sys.exit(main(["shard", *sys.argv[1:]]))
 """
 
 
 @pytest.mark.parametrize("layout", ["text", "table"])
 def test_kill_9_with_worker_processes_resumes_to_identical_output(tmp_path, layout):
-    """A real SIGKILL after the 3rd checkpoint, with 2 worker processes: they die too, and a rerun matches."""
+    """A real SIGKILL after the 3rd checkpoint, with 2 writer processes: they die too, and a rerun matches."""
     make, options = LAYOUTS[layout]
     raw = make(tmp_path / "raw")
     out, clean = tmp_path / "out", tmp_path / "clean"
     args = [os.fspath(raw), os.fspath(out), "--workers", "2", *options]
     cwd = REPO
     done = subprocess.run([sys.executable, "-c", _KILL_AT_CHECKPOINT, *args], cwd=cwd, capture_output=True,
-                          env={**os.environ, "KILL_AT": "3"}, timeout=60)
+                          env={**os.environ, "KILL_AT": "3"}, timeout=60, start_new_session=True)
     assert done.returncode == -9, done.stderr
     assert not (out / "manifest.json").exists()
     assert shard_cli(*args) == 0

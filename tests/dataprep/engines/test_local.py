@@ -1,5 +1,6 @@
-"""``--engine local``: the write loop here, media on threads in a supervised child (crashes, kills, interrupts,
-full disks, memory); the output does not depend on ``--workers``."""
+"""``--engine local`` in one writing process: media on threads in a supervised child (crashes, kills, interrupts,
+full disks, memory); the output does not depend on ``--workers``. A plan of one range (``ONE_RANGE``) is written
+this way whatever ``--workers`` says; writer processes are ``test_writers.py``'s."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from dataprep.cli import main
 from dataprep.formats.manifest import read_manifest
 from tests.dataprep.helpers import REPO, crash_on, default_sigint, read_rejects, shard_cli
 from tests.samples import tar_samples, wait_until
+
+ONE_RANGE = ("--range-size", "1GiB")  # the whole plan in one range: one writing process
 
 
 def test_output_does_not_depend_on_workers(image_tree, tmp_path):
@@ -62,7 +65,7 @@ def _run_killed(cmd: list[str], cwd: Path, out: Path) -> None:
 
 
 def test_resume_after_kill_is_byte_identical(image_tree, tmp_path):
-    args = ["../images", "out", "--shard-size", "300KB", "--workers", "2"]
+    args = ["../images", "out", "--shard-size", "300KB", "--workers", "2", *ONE_RANGE]
     cmd = [sys.executable, "-m", "dataprep.cli", "shard", *args]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -84,12 +87,12 @@ def test_input_that_crashes_its_worker_is_rejected_and_the_run_goes_on(image_tre
     crash_on(monkeypatch, victim, 11)
     crashed = tmp_path / "crashed"
     with caplog.at_level(logging.WARNING, logger="dataprep.engines.supervisor"):
-        assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB") == 0
+        assert shard_cli(image_tree, crashed, "--workers", "2", "--shard-size", "300KB", *ONE_RANGE) == 0
     logged = f"{victim}: cleaning it alone killed the worker process (exit status 11); rejected (worker_crash)"
     assert logged in caplog.text
     monkeypatch.setattr(write_loop, "clean_item", write_loop.CLEAN_ITEM)
     clean = tmp_path / "clean"
-    assert shard_cli(image_tree, clean, "--workers", "2", "--shard-size", "300KB") == 0
+    assert shard_cli(image_tree, clean, "--workers", "2", "--shard-size", "300KB", *ONE_RANGE) == 0
     reasons = {r["source"]: r for r in read_rejects(crashed)}
     assert reasons[victim]["reason"] == "worker_crash" and "exit status 11" in reasons[victim]["detail"]
     a, b = read_manifest(crashed).totals, read_manifest(clean).totals
@@ -102,7 +105,7 @@ def test_crash_that_does_not_recur_alone_fails_the_run_and_a_rerun_resumes(image
     victim = sorted(image_tree.glob("*/*.jpg"))[7].relative_to(image_tree).as_posix()
     crash_on(monkeypatch, victim, 9, once_marker=tmp_path / "crashed-once")  # cleaning it again alone works
     out, clean = tmp_path / "out", tmp_path / "clean"
-    args = ("--workers", "2", "--shard-size", "300KB")
+    args = ("--workers", "2", "--shard-size", "300KB", *ONE_RANGE)
     assert shard_cli(image_tree, out, *args) == 1
     err = capsys.readouterr().err
     assert "died (exit status 9)" in err and "none of which crashes when cleaned alone" in err and victim in err
@@ -117,7 +120,8 @@ def test_crash_that_does_not_recur_alone_fails_the_run_and_a_rerun_resumes(image
 
 def test_interrupt_stops_the_child_and_a_rerun_resumes(image_tree, tmp_path):
     """SIGINT to the parent alone (as from `kill -INT`): it stops its child, exits 130, leaves no process."""
-    cmd = [sys.executable, "-m", "dataprep.cli", "shard", "../images", "out", "--shard-size", "300KB", "--workers", "2"]
+    cmd = [sys.executable, "-m", "dataprep.cli", "shard", "../images", "out", "--shard-size", "300KB", "--workers", "2",
+           *ONE_RANGE]
     (tmp_path / "run").mkdir()
     proc = subprocess.Popen(cmd, cwd=tmp_path / "run", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=default_sigint)
@@ -146,7 +150,7 @@ def test_disk_full_in_the_writing_child_fails_cleanly_and_a_rerun_resumes(image_
 
     monkeypatch.setattr(tar._OpenShard, "put", put_until_full)
     out = tmp_path / "out"
-    args = ("--workers", "2", "--shard-size", "300KB")
+    args = ("--workers", "2", "--shard-size", "300KB", *ONE_RANGE)
     assert shard_cli(image_tree, out, *args) == 1
     err = capsys.readouterr().err
     assert "No space left on device" in err and ".shard-00000-000003.tar.tmp" in err, err
@@ -179,7 +183,8 @@ def execute(self):
 write_loop.WriteLoop.execute = execute
 
 from dataprep.cli import main
-status = main(["shard", sys.argv[1], sys.argv[2], "--workers", "2", "--shard-size", "8MB", "--no-progress"])
+status = main(["shard", sys.argv[1], sys.argv[2], "--workers", "2", "--shard-size", "8MB", "--no-progress",
+               "--range-size", "1GiB"])
 with open(sys.argv[3]) as f:
     child = int(f.read())
 print(status, child, vm_hwm_kib())

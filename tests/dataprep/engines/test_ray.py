@@ -132,16 +132,17 @@ TOKEN_CASES = {
 }
 
 
+@pytest.mark.parametrize("tokenizer", ["bpe", "bytes"])
 @pytest.mark.parametrize("case", ["text", "table"])
-def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_path, case):
+def test_ray_token_shards_are_the_bytes_of_a_local_run(cluster, tmp_path, bpe_path, case, tokenizer):
     """Each task gets the driver's tokenizer pickled and tokenizes on one thread: the bytes of a local run on
-    two processes and two threads, and Megatron reads them."""
+    two writer processes, and Megatron reads them."""
     from tests.dataprep.token_samples import megatron_documents
 
     pytest.importorskip("megatron.core.datasets.indexed_dataset")
     make, options = TOKEN_CASES[case]
     raw = make(tmp_path / "raw")
-    options = [*options, "--tokenizer", os.fspath(bpe_path)]
+    options = [*options, "--tokenizer", os.fspath(bpe_path) if tokenizer == "bpe" else "bytes"]
     local, on_ray = tmp_path / "local", tmp_path / "ray"
     assert shard_cli(raw, local, *options, "--workers", "2") == 0
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0
@@ -346,8 +347,8 @@ def test_an_address_where_nothing_answers_is_refused_before_ray_connects(tmp_pat
 
 
 def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(cluster, tmp_path, monkeypatch):
-    """Stopped after both duplicate passes but before recording them (one partition's grouping then lost,
-    another half written): the rerun groups what is not marked done again and writes the bytes of a local run."""
+    """Stopped after both duplicate passes but before recording them (one partition's grouping then lost, and
+    a range's digests): the rerun does what is missing again and writes the bytes of a local run."""
     from dataprep.engines import range_tasks as ranges
     from dataprep.output.store import LocalStore
 
@@ -366,8 +367,9 @@ def test_a_driver_stopped_while_finding_duplicates_resumes_to_the_same_bytes(clu
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 130
     monkeypatch.setattr(LocalStore, "write_bytes", real_write)
     state = on_ray / ".dataprep" / "ranges"
-    assert len(list(state.glob("digests-*"))) >= 4 * ranges.DIGEST_PARTITIONS and not list(on_ray.glob("*.parquet"))
-    (state / "grouped-03.done").unlink()
-    (state / "dups-00001-03.npy").write_bytes(b"garbage")  # a partition half written when the driver stopped
+    assert len(list(state.glob("digests-*"))) >= 4 and not list(on_ray.glob("*.parquet"))
+    assert len(list(state.glob("dups-*.npy"))) == ranges.DIGEST_PARTITIONS
+    (state / "dups-03.npy").unlink()  # a partition not grouped when the driver stopped
+    (state / "digests-00001.bin").unlink()  # a range's digests not written either
     assert shard_cli(raw, on_ray, *options, "--engine", "ray") == 0
     _assert_same_output(local, on_ray)

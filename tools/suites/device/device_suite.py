@@ -32,10 +32,12 @@ Part 2 (about 6 minutes):
              processes over disjoint parts of the inputs; speed-up and CPU efficiency
   scaling_loader  loader img/s at 1..16 workers, threads vs processes (``tools.common.loader_run``,
              runner), with CPU efficiency per worker
+  shard_writers   ``dataprep shard`` on its writer processes (issue 27) at 1, 4, 8, 16 workers: the
+             photos, JSON lines to Parquet and to tokens (BPE and bytes); speed-up and efficiency
 
 Part "one" (the default) runs env, pytest, h2d, augment, data, end_to_end (16 workers only),
-decode, end_to_end_decode, scaling_loader, scaling_shard in that order within one ``--budget-s``:
-what a short lease needs most comes first.
+decode, end_to_end_decode, scaling_loader, scaling_shard, shard_writers in that order within one
+``--budget-s``: what a short lease needs most comes first.
 
 Each step's result is written to OUT/part<N>.json (the whole document, rewritten after every
 step) the moment the step ends, so a late failure or the call's time limit loses nothing
@@ -79,15 +81,15 @@ from tools.suites.device.gpu_steps import (
     step_h2d,
 )
 from tools.suites.device.run_state import Plan, Suite
-from tools.suites.device.scaling_steps import step_data, step_scaling_loader, step_scaling_shard
+from tools.suites.device.scaling_steps import step_data, step_scaling_loader, step_scaling_shard, step_shard_writers
 
 TOOL = "device_suite"
 SUITE_VERSION = 1
 PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
-         "2": ("env", "data", "end_to_end", "end_to_end_decode", "scaling_shard", "scaling_loader"),
+         "2": ("env", "data", "end_to_end", "end_to_end_decode", "scaling_shard", "scaling_loader", "shard_writers"),
          # One call of the lease (issue 23): correctness first, then the figures in order of need.
          "one": ("env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "end_to_end_decode",
-                 "scaling_loader", "scaling_shard")}
+                 "scaling_loader", "scaling_shard", "shard_writers")}
 # The files that hold the gpu-marked tests and the CUDA correctness tests (collecting the whole
 # tree on the device costs time and trips on test extras that are not installed there).
 GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loaders/loader/test_collate.py",
@@ -96,20 +98,21 @@ GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loader
                   "tests/tools/gpu/test_gpu_bench.py", "tests/loaders/batch_decode/test_nvjpeg.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
             e2e_workers=(4, 8, 16), device_decode_workers=(4, 8), cpu_decode_workers=(16,),
-            scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), loader_batch=64,
-            loader_epochs=2, pytest_targets=GPU_TEST_FILES, pytest_timeout_s=150.0)
+            scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), writer_workers=(1, 4, 8, 16),
+            writer_rows=200_000, loader_batch=64, loader_epochs=2, pytest_targets=GPU_TEST_FILES,
+            pytest_timeout_s=150.0)
 # Part "one": end to end at 16 workers only, so that the scaling rows still fit the call.
 FULL_ONE = dataclasses.replace(FULL, e2e_workers=(16,), scale_workers=(1, 4, 16))
 SMOKE = Plan(bench=BENCH_SMOKE, raw_images=24, decode_images=16, e2e_workers=(1,), device_decode_workers=(1,),
-             cpu_decode_workers=(1,), scale_workers=(1, 2), writer_processes=(2,), loader_batch=4, loader_epochs=1,
+             cpu_decode_workers=(1,), scale_workers=(1, 2), writer_processes=(2,), writer_workers=(1, 2),
+             writer_rows=2000, loader_batch=4, loader_epochs=1,
              pytest_targets=("tests/loaders/loader/test_cuda_correctness.py",), pytest_timeout_s=120.0)
 
 
 STEPS: dict[str, Callable[[Suite], dict[str, Any]]] = {
     "env": step_env, "pytest": step_pytest, "h2d": step_h2d, "augment": step_augment, "decode": step_decode,
     "data": step_data, "end_to_end": step_end_to_end, "end_to_end_decode": step_end_to_end_decode,
-    "scaling_shard": step_scaling_shard,
-    "scaling_loader": step_scaling_loader,
+    "scaling_shard": step_scaling_shard, "scaling_loader": step_scaling_loader, "shard_writers": step_shard_writers,
 }
 
 
@@ -155,9 +158,9 @@ def render_step(name: str, record: dict[str, Any]) -> str:
             render_end_to_end(rows, f"{model} from raw-size shards, target {result['targets'][model]:.0%} of the "
                                     f"ceiling with decode=device ({result['stock_transforms']} stock)")
             for model, rows in result["models"].items())
-    if name in ("scaling_shard", "scaling_loader"):
-        keys = ["mode", "worker_type", "workers", "processes", "images_per_s", "speedup", "scaling_efficiency",
-                "cpu_efficiency"]
+    if name in ("scaling_shard", "scaling_loader", "shard_writers"):
+        keys = ["case", "mode", "worker_type", "workers", "processes", "split", "images_per_s", "inputs_per_s",
+                "speedup", "scaling_efficiency", "cpu_efficiency"]
         keys = [k for k in keys if any(k in r for r in result["rows"])]
         return f"{head}\n" + format_table(keys, [[r.get(k) for k in keys] for r in result["rows"]])
     if name == "pytest":

@@ -19,11 +19,13 @@ class Plan:
     """Sizes of one run: full (a GPU machine) or smoke (seconds on a CPU).
 
     bench: the GPU measurements' sizes; raw_images / decode_images: synthetic images made
-    for part 2 / for the decode step; e2e_workers, scale_workers, writer_processes: what
-    the rows of part 2 sweep; device_decode_workers / cpu_decode_workers: the worker counts
-    of end_to_end_decode's decode="device" rows / of its CPU-decoding rows (ours in
-    processes, stock); loader_batch, loader_epochs: batch size and epochs (persistent
-    workers, each epoch's first batch left out of the rate) of the scaling loader rows;
+    for part 2 / for the decode step; e2e_workers, scale_workers, writer_processes,
+    writer_workers: what the rows of part 2 sweep (writer_workers: ``dataprep shard --workers``
+    of the shard_writers step, over the photos and ``writer_rows`` JSON lines);
+    device_decode_workers / cpu_decode_workers: the worker counts of end_to_end_decode's
+    decode="device" rows / of its CPU-decoding rows (ours in processes, stock); loader_batch,
+    loader_epochs: batch size and epochs (persistent workers, each epoch's first batch left out
+    of the rate) of the scaling loader rows;
     pytest_targets: what ``pytest -m gpu`` collects; pytest_timeout_s: its limit.
     """
 
@@ -35,6 +37,8 @@ class Plan:
     cpu_decode_workers: tuple[int, ...]
     scale_workers: tuple[int, ...]
     writer_processes: tuple[int, ...]
+    writer_workers: tuple[int, ...]
+    writer_rows: int
     loader_batch: int
     loader_epochs: int
     pytest_targets: tuple[str, ...]

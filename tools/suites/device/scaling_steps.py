@@ -1,5 +1,5 @@
 """device_suite's CPU-side steps: the data (a raw tree and its shards), then ``dataprep shard`` and loader scaling
-over the cores."""
+over the cores, and ``dataprep shard`` on its writer processes (issue 27) for every kind of input."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from loaders import cpus_available
 from tools.common.loader_run import LoaderConfig, run_config
 from tools.common.pagecache import files_under, warm_page_cache
 from tools.common.report import ToolError
+from tools.bench.writers_runs import make_bpe, make_rows
+from tools.bench.writers_runs import time_shard as time_one_shard
 from tools.common.synthetic import REPO_ROOT, make_raw_images, shard
 from tools.gpu.end_to_end import BUDGET_SPENT
 from tools.suites.device.run_state import Suite, need
@@ -105,6 +107,33 @@ def split_tree(raw: Path, root: Path, count: int) -> list[Path]:
         except OSError:
             shutil.copyfile(path, target)
     return parts
+
+
+def step_shard_writers(suite: Suite) -> dict[str, Any]:
+    """``dataprep shard --workers W`` (its writer processes) for W in ``plan.writer_workers``: the data step's
+    photos to tar shards, ``plan.writer_rows`` JSON lines to Parquet and to tokens (a BPE trained on them,
+    and ``bytes``); inputs/s, speed-up and efficiency against the same case on one core."""
+    (raw,) = need(suite, "raw")
+    rows_path = make_rows(suite.scratch / "writers" / "rows.jsonl", suite.plan.writer_rows)
+    tokenizer = make_bpe(rows_path, suite.scratch / "writers" / "tokenizer.json")
+    cases: dict[str, tuple[Path, list[str]]] = {
+        "images": (raw, []), "table": (rows_path, []),
+        "tokens-bpe": (rows_path, ["--tokenizer", os.fspath(tokenizer)]),
+        "tokens-bytes": (rows_path, ["--tokenizer", "bytes"])}
+    rows: list[dict[str, Any]] = []
+    for case, (path, options) in cases.items():
+        warm_page_cache(files_under(path) if path.is_dir() else [path])
+        measured: list[dict[str, Any]] = []
+        for workers in suite.plan.writer_workers:
+            if suite.remaining_s() < 30:
+                rows.append({"case": case, "workers": workers, "skipped": BUDGET_SPENT})
+                continue
+            timed = time_one_shard(path, suite.scratch / f"writers-{case}-{workers}", workers, options)
+            measured.append({"case": case, "workers": workers, "inputs_per_s": timed.rate, "cpu_s": timed.cpu_s,
+                             "elapsed_s": timed.seconds, "split": timed.split, "others_cores": timed.others_cores})
+        add_efficiency(measured, key="inputs_per_s", workers_key="workers")
+        rows += measured
+    return {"cores": cpus_available(), "json_lines": suite.plan.writer_rows, "rows": rows}
 
 
 def step_scaling_loader(suite: Suite) -> dict[str, Any]:

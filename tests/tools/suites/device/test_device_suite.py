@@ -149,7 +149,7 @@ def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> N
     # Correctness first, then the figures a short lease needs most (issue 23's order).
     assert list(steps) == list(device_suite.PARTS["one"]) == [
         "env", "pytest", "h2d", "augment", "data", "end_to_end", "decode", "end_to_end_decode", "scaling_loader",
-        "scaling_shard"]
+        "scaling_shard", "shard_writers"]
     assert set(device_suite.PARTS["one"]) == set(device_suite.PARTS["1"]) | set(device_suite.PARTS["2"])
     for step in steps.values():
         assert step["status"] == "ok", step
@@ -181,6 +181,11 @@ def test_smoke_runs_every_step_in_one_call_in_order_of_need(tmp_path: Path) -> N
     images = steps["data"]["result"]["images"]
     assert 0 < images <= device_suite.SMOKE.raw_images  # colour JPEGs only
     assert all(r["images_per_s"] > 0 and r["kept"] == images for r in shard_rows)
+    writer_rows = steps["shard_writers"]["result"]["rows"]
+    assert {(r["case"], r["workers"]) for r in writer_rows} == {
+        (c, n) for c in ("images", "table", "tokens-bpe", "tokens-bytes") for n in device_suite.SMOKE.writer_workers}
+    assert all(r["inputs_per_s"] > 0 and "speedup" in r for r in writer_rows)
+    assert [r["split"] for r in writer_rows if r["case"] == "table"] == ["1 x 1", "1 x 1"]  # one range: one writer
     loader_rows = steps["scaling_loader"]["result"]["rows"]
     assert {(r["worker_type"], r["workers"]) for r in loader_rows} == {
         (t, n) for t in ("thread", "process") for n in device_suite.SMOKE.scale_workers}
