@@ -76,7 +76,8 @@ def choose_split(workers: int, *, media: bool, tokens: bool, ranges: int) -> Wri
     per = MEDIA_THREADS if media else 1
     writers = min(ranges, max(1, workers // per))
     threads = max(per, workers // writers) if media or tokens else 1
-    what = "images: decoding releases the GIL" if media else "rows and text hold the GIL: one process per core"
+    what = ("images: one process per core, each decoding its own inputs" if media
+            else "rows and text hold the GIL: one process per core")
     fewer = f"; {ranges} ranges: a writer per range" if writers == ranges and writers < workers // per else ""
     return WriterSplit(writers, threads, what + fewer)
 

@@ -97,7 +97,7 @@ def test_the_summary_says_how_the_cores_are_shared(cli, tmp_path):
     res = cli("shard", tmp_path / "raw", tmp_path / "out", *KINDS["images"][1], "--workers", "2", "--json")
     assert res.rc == 0, res.text
     split = json.loads(res.out)["workers"]
-    assert split["writers"] == 2 and split["threads_per_writer"] == 1 and "GIL" in split["why"]
+    assert split["writers"] == 2 and split["threads_per_writer"] == 1 and "one process per core" in split["why"]
     _text(tmp_path / "text")
     res = cli("shard", tmp_path / "text", tmp_path / "out-text", *KINDS["text"][1], "--workers", "3")
     assert res.rc == 0 and "3 writer processes, cleaning inline" in res.out, res.text
