@@ -27,12 +27,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_WORLD_SIZE
+from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_RANK, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
 from loaders.loader.progress import KEY_AHEAD, KEY_PLAN, KEY_BATCH_POSITION, Where, expect
 from loaders.loader.stage import Position, Stage
 
-__all__ = ["BatchSource", "IterableSource", "Job", "SourceRequest", "length_or_none"]
+__all__ = ["BatchSource", "IterableSource", "Job", "SourceRequest", "ahead_positions", "length_or_none", "state_count"]
 
 KEY_SAMPLER = "sampler"
 
@@ -88,6 +88,33 @@ def length_or_none(sized: Any) -> int | None:
         return len(sized)
     except (TypeError, NotImplementedError):
         return None
+
+
+def state_count(source_key: str, nest: Mapping[str, Any], key: str) -> int:
+    """``nest[key]`` of a source's saved state (under ``source_key``), checked to be a non-negative int."""
+    value = nest.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"DataLoader state {source_key!r} {key!r} must be a non-negative int (got {value!r})")
+    return value
+
+
+def ahead_positions(source_key: str, ahead: object, nest: Mapping[str, Any], now: tuple[int, int, int], *,
+                    any_rank: bool = False) -> frozenset[int]:
+    """A global-position source's batches handed over out of order (``in_order=False``): this rank's positions.
+
+    They mean something only on the (rank, batch size, world size) ``now`` they were saved on
+    (``any_rank``: a saved rank of None matches any); elsewhere the state is refused.
+    """
+    if not ahead:
+        return frozenset()
+    saved = (nest[KEY_RANK], nest[KEY_BATCH_SIZE], nest[KEY_WORLD_SIZE])
+    same = (saved[0] == now[0] or (any_rank and saved[0] is None)) and saved[1:] == now[1:]
+    if not same or not isinstance(ahead, (list, tuple)):
+        raise ConfigError(f"DataLoader state {source_key!r}: batches {ahead!r} were handed over out of order "
+                          f"(in_order=False) on rank {saved[0]} of {saved[2]} with batch size {saved[1]}; this "
+                          f"loader is rank {now[0]} of {now[2]} with batch size {now[1]}; "
+                          "hint: resume such a state on the same rank and batch size, or save with in_order=True")
+    return frozenset(int(p) for p in ahead)
 
 
 class IterableSource:

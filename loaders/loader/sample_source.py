@@ -37,7 +37,7 @@ import numpy as np
 
 from loaders.state_keys import KEY_BATCH_SIZE, KEY_DATA, KEY_EPOCH, KEY_RANK, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
-from loaders.loader.batch_source import KEY_SAMPLER, Job
+from loaders.loader.batch_source import KEY_SAMPLER, Job, ahead_positions, state_count
 from loaders.loader.progress import (KEY_AHEAD, KEY_BATCH_POSITION, KEY_DATASET_LEN, KEY_PLAN, LOADER_STATE_VERSION,
                                      Where)
 from loaders.loader.stage import Position
@@ -80,12 +80,6 @@ def sample_source(dataset: Any, sampler: Any, *, batch_size: int | None, owner: 
     return SampleSource(plan, rank=sampler.topology.rank, batch_size=batch_size,
                         data=DataId(identity, plan.num_samples), owner=owner)
 
-
-def _count(nest: Mapping[str, Any], key: str) -> int:
-    value = nest.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"DataLoader state {KEY_SAMPLES!r} {key!r} must be a non-negative int (got {value!r})")
-    return value
 
 
 class SampleSource:
@@ -183,7 +177,8 @@ class SampleSource:
         if differences:
             raise ConfigError(f"DataLoader state {KEY_SAMPLES!r} was saved reading other data or another order: "
                               f"{'; '.join(differences)}. Resume with the dataset and order it was saved with")
-        epoch, position = _count(nest, KEY_EPOCH), _count(nest, KEY_GLOBAL_POSITION)
+        epoch = state_count(KEY_SAMPLES, nest, KEY_EPOCH)
+        position = state_count(KEY_SAMPLES, nest, KEY_GLOBAL_POSITION)
         if position > self.plan.num_samples:
             raise ConfigError(f"DataLoader state {KEY_SAMPLES!r}: global position {position} is past the "
                               f"{self.plan.num_samples} samples of epoch {epoch}")
@@ -217,16 +212,7 @@ class SampleSource:
 
     def _ahead(self, ahead: object, nest: Mapping[str, Any]) -> frozenset[int]:
         """Positions handed over out of order: this rank's, meaningful on the same rank, B and W only."""
-        if not ahead:
-            return frozenset()
-        saved = (nest[KEY_RANK], nest[KEY_BATCH_SIZE], nest[KEY_WORLD_SIZE])
-        same = saved[0] in (None, self.rank) and saved[1:] == (self.batch_size, self.world_size)
-        if not same or not isinstance(ahead, (list, tuple)):
-            raise ConfigError(f"DataLoader state {KEY_SAMPLES!r}: batches {ahead!r} were handed over out of order "
-                              f"(in_order=False) on rank {saved[0]} of {saved[2]} with batch size {saved[1]}; this "
-                              f"loader is rank {self.rank} of {self.world_size} with batch size {self.batch_size}; "
-                              "hint: resume such a state on the same rank and batch size, or save with in_order=True")
-        return frozenset(int(p) for p in ahead)
+        return ahead_positions(KEY_SAMPLES, ahead, nest, (self.rank, self.batch_size, self.world_size), any_rank=True)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Read the saved epoch from its global position, on this loader's grid, for that epoch's run only."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_RANK, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
-from loaders.loader.batch_source import Job, SourceRequest
+from loaders.loader.batch_source import Job, SourceRequest, ahead_positions, state_count
 from loaders.loader.progress import KEY_AHEAD, Where
 from loaders.read.topology import Topology
 from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
@@ -60,12 +60,6 @@ class Resumed:
     origin: int
     segment: ScheduleSegment | None
 
-
-def _count(nest: Mapping[str, Any], key: str) -> int:
-    value = nest.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"DataLoader state {KEY_TOKENS!r} {key!r} must be a non-negative int (got {value!r})")
-    return value
 
 
 class TokenSource:
@@ -147,7 +141,7 @@ class TokenSource:
         missing = [key for key in TOKEN_SOURCE_STATE_KEYS if key not in nest]
         if missing:
             raise ConfigError(f"DataLoader state {KEY_TOKENS!r} lacks {missing} (got keys {sorted(nest)})")
-        position = GlobalPosition(_count(nest, KEY_EPOCH), _count(nest, KEY_SEQUENCE))
+        position = GlobalPosition(state_count(KEY_TOKENS, nest, KEY_EPOCH), state_count(KEY_TOKENS, nest, KEY_SEQUENCE))
         segment = self.stream.resume(nest[KEY_STREAM], quiet=quiet)
         length = self.stream.epoch_length(position.epoch, segment)
         if position.sequence > length:
@@ -166,15 +160,7 @@ class TokenSource:
 
     def _ahead(self, ahead: object, nest: Mapping[str, Any]) -> frozenset[int]:
         """Positions handed over out of order: this rank's, meaningful on the same rank, B and W only."""
-        if not ahead:
-            return frozenset()
-        saved = (nest[KEY_RANK], nest[KEY_BATCH_SIZE], nest[KEY_WORLD_SIZE])
-        if saved != (self.rank, self.batch_size, self.world_size) or not isinstance(ahead, (list, tuple)):
-            raise ConfigError(f"DataLoader state {KEY_TOKENS!r}: batches {ahead!r} were handed over out of order "
-                              f"(in_order=False) on rank {saved[0]} of {saved[2]} with batch size {saved[1]}; this "
-                              f"loader is rank {self.rank} of {self.world_size} with batch size {self.batch_size}; "
-                              "hint: resume such a state on the same rank and batch size, or save with in_order=True")
-        return frozenset(int(p) for p in ahead)
+        return ahead_positions(KEY_TOKENS, ahead, nest, (self.rank, self.batch_size, self.world_size))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Read the saved epoch on the grid ``resume_point`` chose (and a mixture's segment), that epoch only."""

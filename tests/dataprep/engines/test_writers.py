@@ -184,13 +184,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_every_writer_and_leaves_a_resumable_state(cli, tmp_path):
+def _photos_with_reference(cli, tmp_path: Path) -> tuple[tuple[str, ...], Path, Path]:
+    """Photos sharded on 2 writers into ``ref/out`` uninterrupted: (the command's args, ref, the folder to run in)."""
     _images(tmp_path / "raw")
     args = ("shard", "../raw", "out", *KINDS["images"][1], "--workers", "2", "--no-progress")
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir(), run.mkdir()
     assert run_in(cli, args, ref).rc == 0
+    return args, ref, run
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_writer_and_leaves_a_resumable_state(cli, tmp_path):
+    args, ref, run = _photos_with_reference(cli, tmp_path)
     proc = start_cli(args, run)
     try:
         assert wait_until(lambda: len(list((run / "out").glob("shard-*"))) >= 3, proc=proc)
@@ -215,11 +221,7 @@ def test_ctrl_c_stops_every_writer_and_leaves_a_resumable_state(cli, tmp_path):
 def test_a_writer_killed_once_is_retried_and_the_output_is_the_same(cli, tmp_path):
     """SIGKILL one writer process (as the OOM killer might) while it writes: its range runs again, from its last
     complete shard, and the run ends as an uninterrupted one."""
-    _images(tmp_path / "raw")
-    args = ("shard", "../raw", "out", *KINDS["images"][1], "--workers", "2", "--no-progress")
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    ref.mkdir(), run.mkdir()
-    assert run_in(cli, args, ref).rc == 0
+    args, ref, run = _photos_with_reference(cli, tmp_path)
     proc = start_cli(args, run)
     try:
         assert wait_until(lambda: len(list((run / "out").glob("shard-*"))) >= 2, proc=proc)
