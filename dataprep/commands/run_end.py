@@ -17,6 +17,7 @@ from dataprep.formats.manifest import (FORMAT_TOKENS, MANIFEST_NAME, REJECTS_NAM
 from dataprep.plan.outdir import shard_pattern
 from dataprep.inputs.raw_source import RawSource
 from dataprep.output.target import OutTarget
+from dataprep.phases import SILENT, PhaseProgress
 from dataprep.commands.summary import Summary
 from dataprep.engines.context import RunContext, RunOutcome
 from dataprep.engines.writer_pool import peak_rss_kib
@@ -74,9 +75,11 @@ def publish_rejects(store: OutputStore) -> None:
     store.move([(PARTIAL_REJECTS_PATH, REJECTS_NAME)])
 
 
-def already_complete(raw: RawSource, out: OutTarget, budget: RejectBudget, m: Manifest) -> Summary:
-    """The answer to a rerun over a finished OUT: its summary, unless RAW changed or the budgets now fail."""
-    if m.raw_listing_sha256 is not None and raw.digest() != m.raw_listing_sha256:
+def already_complete(raw: RawSource, out: OutTarget, budget: RejectBudget, m: Manifest,
+                     progress: PhaseProgress = SILENT) -> Summary:
+    """The answer to a rerun over a finished OUT: its summary, unless RAW changed (its walk told to ``progress``)
+    or the budgets now fail."""
+    if m.raw_listing_sha256 is not None and raw.digest(progress) != m.raw_listing_sha256:
         raise UsageError(f"RAW {raw.name} changed since {out.name} was made from it (files added, "
                          "removed or modified); pass --overwrite to shard it again")
     # The budgets are not in the fingerprint: a finished OUT answers a stricter rerun as a fresh run would.
@@ -87,9 +90,10 @@ def already_complete(raw: RawSource, out: OutTarget, budget: RejectBudget, m: Ma
                    tokens=_tokens(m.format, m.shards))
 
 
-def check_raw_unchanged(raw: RawSource, out: OutTarget, plan: RunPlanInfo) -> None:
-    """Refuse to resume when RAW's listing differs from the plan's, naming what changed."""
-    if raw.digest() == plan.listing_sha256:
+def check_raw_unchanged(raw: RawSource, out: OutTarget, plan: RunPlanInfo, progress: PhaseProgress = SILENT) -> None:
+    """Refuse to resume when RAW's listing differs from the plan's, naming what changed (the walk told to
+    ``progress``)."""
+    if raw.digest(progress) == plan.listing_sha256:
         return
     found = changes(read_listing(state_dir(out.folder) / LISTING_NAME), raw.entries())
     what = "; ".join(found) or "listing differs"

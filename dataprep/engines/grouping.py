@@ -7,7 +7,8 @@ of each range (``DigestWriter``), split into ``DIGEST_PARTITIONS`` partitions by
 digest's first byte; then each partition is grouped on its own (``partition_duplicates``):
 the records of every range in that partition, in plan order, each a duplicate when an
 earlier record has its digest. A digest lives in one partition only, so the result does
-not depend on the number of partitions. Each range then reads its duplicates
+not depend on the number of partitions. The first pass (``clean_once``) cleans each record
+once and keeps it in the range's spill (``spill``) for the pass that writes. Each range then reads its duplicates
 (``load_duplicates``): the sorted ordinals of its records that repeat an earlier one.
 
 Grouping sorts the partition in memory, vectorised (numpy: by digest, then by position; a
@@ -30,14 +31,18 @@ from __future__ import annotations
 import io
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
 import numpy as np
 
+from dataprep.engines.context import RunContext
+from dataprep.engines.spill import SpillWriter
 from dataprep.engines.state_files import DIGEST_PARTITIONS, digests_name, dups_name
+from dataprep.engines.write_loop import clean_item
+from dataprep.inputs.records import Reject
 from dataprep.output.store import OutputStore, leaf
 from dataprep.plan.seen import SeenSet
 
@@ -47,6 +52,36 @@ CHUNK_BYTES = 64 * 2**10
 # Global position of a record for the grouping: range << 40 | ordinal (ranges hold < 2**40 records).
 ORDINAL_BITS = 40
 SORT_MAX_RECORDS = 4 * 2**20
+
+
+# Records between two reports of a first pass's counts.
+COUNT_EVERY = 256
+
+
+def clean_once(ctx: RunContext, index: int, digests: DigestWriter, spill: SpillWriter,
+               counted: Callable[[int, int], None] | None = None) -> int:
+    """First pass over range ``index``: each raw record cleaned once, the dedup digest of each kept one to
+    ``digests``, every result to ``spill`` (read back by the pass that writes); the count of raw records.
+
+    counted: called with (raw records, rejects) so far every ``COUNT_EVERY`` records, and at the end.
+    """
+    handler = ctx.spec.handler
+    start, stop = ctx.plan.range_bounds(index)
+    ordinal = rejected = 0
+    for position, unit in enumerate(ctx.plan.units(start, stop), start):
+        for k, item in enumerate(handler.records(unit)):
+            result = clean_item(handler, item)
+            digest = None if isinstance(result, Reject) else handler.dedup_digest(result)
+            if digest is not None:
+                digests.add(ordinal, digest)
+            rejected += isinstance(result, Reject)
+            spill.add((position, k), result)
+            ordinal += 1
+            if counted is not None and ordinal % COUNT_EVERY == 0:
+                counted(ordinal, rejected)
+    if counted is not None:
+        counted(ordinal, rejected)
+    return ordinal
 
 
 class DigestWriter:

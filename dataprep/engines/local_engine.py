@@ -7,17 +7,19 @@ How the ``--workers`` cores are shared (``choose_split``, printed in the summary
   a supervised child (``dataprep.engines.supervisor``), token output of a tokenizer.json
   tokenized on that many threads. Table rows and text are never sent to other processes: on
   a 2-core machine that cost more than the cleaning (2 worker processes were 1.8-2x slower
-  than 1). A run started this way resumes this way.
+  than 1). A run started this way resumes this way (or as whole ranges, by ``--engine ray``).
 - otherwise writer processes (``dataprep.engines.local_writers``), each writing whole ranges,
   one per core: media cleaned on ``MEDIA_THREADS`` threads of each (1: inline; decoding
   releases the GIL, so threads would share a process well, but a process per core needs no
   hand-off between threads and no shared GIL for the rest of the work: tar members, sha256,
   JSON), tables and text cleaned inline (their cleaning holds the GIL: processes, and no
   row pickled between processes). Never more writers than ranges: the ones left get the
-  cores as threads where threads help (media, tokenizing with a tokenizer.json). A run started
-  this way resumes this way, on as many writers as ``--workers`` now says (one: in this process).
+  cores as threads where threads help (media, tokenizing with a tokenizer.json).
 
-OUT in object storage is written by one process (writer processes there: not built).
+A run of whole ranges (writer processes, or Ray tasks of ``--engine ray``: the checkpoint's mode
+``ranges``) resumes on writer processes, as many as ``--workers`` now says (one: in this process),
+each open range from its place. OUT in object storage is written by this process alone (writer
+processes there: not built).
 """
 
 from __future__ import annotations
@@ -27,10 +29,9 @@ from dataprep.engines.local_writers import run_writers
 from dataprep.engines.progress import ProgressLine
 from dataprep.engines.run_modes import CheckpointedRun
 from dataprep.engines.supervisor import run_supervised
-from dataprep.engines.write_loop import ProcessCleaning, WriteLoop
-from dataprep.errors import UsageError
+from dataprep.engines.write_loop import InlineCleaning, WriteLoop
 from dataprep.output.store import LocalStore
-from dataprep.plan.checkpoint import MODE_RANGES, MODE_RAY, Checkpoint
+from dataprep.plan.checkpoint import MODE_RANGES, Checkpoint
 
 # Cleaning threads per writer process for media (1: inline, on the writer's own thread; one writer per core).
 MEDIA_THREADS = 1
@@ -46,15 +47,12 @@ class LocalEngine:
         """Nothing to check: this machine is always there."""
 
     def run(self, ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine) -> RunOutcome:
-        if checkpoint.mode == MODE_RAY:
-            raise UsageError(f"{ctx.store.describe()} holds a run started with --engine ray "
-                             f"({len(checkpoint.ranges_done)} of {ctx.plan.num_ranges} ranges done); resume it with "
-                             "--engine ray, or pass --overwrite")
         handler, tokenizer = ctx.spec.handler, ctx.spec.tokenizer
         tokens = tokenizer is not None and tokenizer.backend is not None  # a library tokenizer releases the GIL
         split = choose_split(self.workers, media=handler.is_media, tokens=tokens, ranges=ctx.plan.num_ranges)
-        if checkpoint.mode == MODE_RANGES:
-            return run_writers(ctx, checkpoint, progress, split)
+        if checkpoint.mode == MODE_RANGES:  # whole ranges (writer processes or Ray tasks): writers, from their places
+            local = isinstance(ctx.store, LocalStore)  # OUT in object storage: one writer, this process
+            return run_writers(ctx, checkpoint, progress, split if local else WriterSplit(1, 1, "OUT in a store"))
         if checkpoint.is_started or split.writers == 1 or not isinstance(ctx.store, LocalStore):
             return _sequential(ctx, checkpoint, progress, choose_split(self.workers, media=handler.is_media,
                                                                        tokens=tokens, ranges=1))
@@ -89,6 +87,6 @@ def _sequential(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine,
     if ctx.spec.handler.is_media and split.threads > 1:
         outcome = run_supervised(ctx, mode, progress)
     else:
-        outcome = WriteLoop(ctx, mode, ProcessCleaning(1), progress).execute()
+        outcome = WriteLoop(ctx, mode, InlineCleaning(), progress).execute()
     return RunOutcome(totals=outcome.totals, shards=outcome.shards, processed=outcome.processed,
                       bytes_out=outcome.bytes_out, split=split)

@@ -1,21 +1,22 @@
-"""The jobs of ``--engine local``'s writer processes (``local_writers``): a range's digests and spilled
-records, a partition's grouping, a range's shards; and running them in this process when there is one writer.
+"""The jobs of ``--engine local``'s writer processes (``local_writers``), and running them in this process when
+there is one writer (``InlineWriter``).
 
-Each job reads the saved plan and writes into OUT itself (a writer process is of this
-machine, OUT is its folder): a range's digest files and spill (``DigestJob``, tables and
-text whose duplicates are found across ranges: cleaned once, ``spill``), one partition's
-duplicates (``GroupJob``, ``grouping``), a range's shards from its place (``WriteJob``: the
-write loop in a ``RangeWriterRun``, the records read back from the spill when there is one,
-media cleaned on the writer's threads with the positions in flight in its slot). A job's
-counts go to the writer's slot (``writer_pool.SlotProgress``), a range's place to the parent
-at every closed shard (``send``).
+A ``TaskJob`` is a task of the range driver's duplicates passes (``range_tasks``: a range's
+digests and spill, a partition's grouping; tables and text whose duplicates are found across
+ranges: cleaned once, ``spill``), the same function a Ray task runs, its counts going to the
+writer's slot. A ``WriteJob`` writes a range's shards from its place, into OUT itself (a
+writer process is of this machine, OUT is its folder): the write loop in a ``RangeRun``
+reporting its place, the records read back from the spill when there is one, media cleaned on
+the writer's threads with the positions in flight in its slot. A job's counts go to the
+writer's slot (``writer_pool.SlotProgress``), a range's place to the parent at every closed
+shard (``send``).
 """
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,19 +25,16 @@ from typing import Any
 import numpy as np
 
 from dataprep.engines.context import RunContext, RunOutcome, RunSpec
-from dataprep.engines.grouping import DigestWriter, dups_bytes, load_duplicates, partition_duplicates
-from dataprep.engines.state_files import RANGES_DIR, dups_name, spill_name
-from dataprep.engines.run_modes import RangeWriterRun
-from dataprep.engines.spill import SpillWriter
-from dataprep.engines.write_loop import ProcessCleaning, ThreadCleaning, WriteLoop, clean_item
+from dataprep.engines.grouping import load_duplicates
+from dataprep.engines.state_files import rejects_name, spill_name
+from dataprep.engines.run_modes import RangeRun
+from dataprep.engines.spill import SpillFile
+from dataprep.engines.write_loop import InlineCleaning, ThreadCleaning, WriteLoop
 from dataprep.engines.writer_pool import PoolEvents, Send, SlotProgress, WriterProgram, WriterSlot, peak_rss_kib
 from dataprep.inputs.records import Reject
 from dataprep.output.store import OutputStore
 from dataprep.plan.checkpoint import Checkpoint
 from dataprep.plan.run_plan import RunPlan
-
-# Records between two updates of a first pass's counts.
-_COUNT_EVERY = 256
 
 
 @dataclass(frozen=True)
@@ -58,18 +56,12 @@ class WriterEnv:
 
 
 @dataclass(frozen=True)
-class DigestJob:
-    """First pass of range ``index``: its records cleaned, their digests and the records themselves written."""
+class TaskJob:
+    """A task of the range driver's duplicates passes (``range_tasks.range_digests``, ``group_partition``) run on
+    a writer: ``fn(task, progress)``, the counts into the writer's slot; its ``JobDone.result`` is ``fn``'s."""
 
-    index: int
-
-
-@dataclass(frozen=True)
-class GroupJob:
-    """Partition ``part`` of the digests of ``num_ranges`` ranges grouped: each range's duplicates in it."""
-
-    part: int
-    num_ranges: int
+    fn: Callable[..., Any]  # (task, ProgressSink) -> its result
+    task: Any  # a RangeTask or a GroupTask
 
 
 @dataclass(frozen=True)
@@ -83,12 +75,13 @@ class WriteJob:
 
 @dataclass(frozen=True)
 class JobDone:
-    """A job's end: the records it went through; for a ``WriteJob`` the range's outcome; the writer's peak
-    resident memory so far (KiB, None: unknown)."""
+    """A job's end: the records it went through; for a ``WriteJob`` the range's outcome, for a ``TaskJob`` its
+    task's result; the writer's peak resident memory so far (KiB, None: unknown)."""
 
     records: int
     outcome: RunOutcome | None = None
     peak_kib: int | None = None
+    result: Any = None
 
 
 def open_env(setup: WriterSetup, slot: WriterSlot) -> WriterEnv:
@@ -97,12 +90,10 @@ def open_env(setup: WriterSetup, slot: WriterSlot) -> WriterEnv:
     return WriterEnv(ctx, slot)
 
 
-def run_job(env: WriterEnv, job: DigestJob | GroupJob | WriteJob, send: Send) -> JobDone:
+def run_job(env: WriterEnv, job: TaskJob | WriteJob, send: Send) -> JobDone:
     """Run one job in a writer (module docstring)."""
-    if isinstance(job, DigestJob):
-        done = digest_range(env, job.index)
-    elif isinstance(job, GroupJob):
-        done = group_part(env.ctx.store, job)
+    if isinstance(job, TaskJob):
+        done = JobDone(0, result=job.fn(job.task, SlotProgress(env.slot)))
     else:
         done = write_range_from(env, job, send)
     return replace(done, peak_kib=peak_rss_kib())
@@ -110,36 +101,6 @@ def run_job(env: WriterEnv, job: DigestJob | GroupJob | WriteJob, send: Send) ->
 
 def program(setup: WriterSetup) -> WriterProgram:
     return WriterProgram(open_env=open_env, run_job=run_job, setup=setup)
-
-
-def digest_range(env: WriterEnv, index: int) -> JobDone:
-    """Clean range ``index`` once: each kept record's digest to its partition's file, every result to the spill."""
-    ctx, progress = env.ctx, SlotProgress(env.slot)
-    handler, store = ctx.spec.handler, ctx.store
-    start, stop = ctx.plan.range_bounds(index)
-    ordinal = rejected = 0
-    with DigestWriter(store, index) as digests, SpillWriter(store, spill_name(index)) as spill:
-        for position, unit in enumerate(ctx.plan.units(start, stop), start):
-            for k, item in enumerate(handler.records(unit)):
-                result = clean_item(handler, item)
-                digest = None if isinstance(result, Reject) else handler.dedup_digest(result)
-                if digest is not None:
-                    digests.add(ordinal, digest)
-                rejected += isinstance(result, Reject)
-                spill.add((position, k), result)
-                ordinal += 1
-                if ordinal % _COUNT_EVERY == 0:
-                    progress.update(ordinal, rejected, 0)
-    progress.update(ordinal, rejected, 0)
-    return JobDone(ordinal)
-
-
-def group_part(store: OutputStore, job: GroupJob) -> JobDone:
-    """Group partition ``job.part``: every range's duplicate ordinals in it, in one file."""
-    scratch = store.local_path() / RANGES_DIR  # a large partition's on-disk set: in OUT, never in $TMPDIR
-    per_range = partition_duplicates(store, job.part, job.num_ranges, scratch)
-    store.write_bytes(dups_name(job.part), dups_bytes(per_range))
-    return JobDone(sum(len(d) for d in per_range))
 
 
 def write_range_from(env: WriterEnv, job: WriteJob, send: Send) -> JobDone:
@@ -150,10 +111,10 @@ def write_range_from(env: WriterEnv, job: WriteJob, send: Send) -> JobDone:
     spill = None
     if handler.finds_duplicates():
         duplicates = load_duplicates(store, index)
-        spill = spill_name(index) if store.exists(spill_name(index)) else None
-    mode = RangeWriterRun(ctx, job.place, duplicates, report=send)
+        spill = SpillFile(store, spill_name(index)) if store.exists(spill_name(index)) else None
+    mode = RangeRun(ctx, job.place, rejects_name(index), duplicates, report=send)
     cleaning = (ThreadCleaning(ctx.workers, env.slot.in_flight, job.crashed) if handler.is_media
-                else ProcessCleaning(1, job.crashed))
+                else InlineCleaning(job.crashed))
     outcome = WriteLoop(ctx, mode, cleaning, SlotProgress(env.slot), spill=spill).execute()
     return JobDone(outcome.processed, outcome)
 
@@ -175,6 +136,10 @@ class InlineWriter:
         self._env = None
 
     def run(self, jobs: list[Any], events: PoolEvents) -> None:
+        for job, result in self.completed(jobs, events):
+            events.done(job, result)
+
+    def completed(self, jobs: list[Any], events: PoolEvents) -> Iterator[tuple[Any, Any]]:
         env = self._env
         if env is None:
             raise RuntimeError("InlineWriter.run outside its with-block")
@@ -182,7 +147,7 @@ class InlineWriter:
             env.slot.start_job(seq)
             with _failing(events, job):
                 result = run_job(env, job, functools.partial(events.message, job))
-            events.done(job, result)
+            yield job, result
             events.tick((0, 0, 0))
 
 

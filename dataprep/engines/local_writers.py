@@ -6,9 +6,10 @@ processes, each cleaning on its own ``threads`` (media: decoding releases the GI
 (table rows and text, whose cleaning holds it: no row is pickled to another process). This
 process hands out the jobs (``local_tasks``) and is the only writer of the checkpoint:
 
-1. tables and text whose duplicates are found (first in plan order wins), once: each range
-   cleaned once, its digests and records written (``DigestJob``), then each partition of the
-   digests grouped (``GroupJob``), then ``dups.done``; media duplicates are in the plan;
+1. tables and text whose duplicates are found (first in plan order wins), once: the range
+   driver's two passes (``range_driver.find_range_duplicates``, the tasks a Ray run runs, here on the
+   writers: ``WriterTasks``): each range cleaned once, its digests and records written, then
+   each partition of the digests grouped, then ``dups.done``; media duplicates are in the plan;
 2. every range not done, from its place (``WriteJob``): its shards into OUT, its rejects into
    its own file, its place sent here at every closed shard and recorded in the checkpoint's
    ``open_ranges`` (a killed run loses at most the shard each writer had open); a range
@@ -26,28 +27,30 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from dataprep.clean.images import prepare_threads
 from dataprep.engines.context import RunContext, RunOutcome, WriterSplit
-from dataprep.engines.grouping import has_digests
-from dataprep.engines.local_tasks import (DigestJob, GroupJob, InlineWriter, JobDone, WriteJob, WriterSetup,
-                                          program)
+from dataprep.engines.local_tasks import InlineWriter, JobDone, TaskJob, WriteJob, WriterSetup, program
 from dataprep.engines.parallel import describe_exit
 from dataprep.engines.progress import ProgressLine
-from dataprep.engines.state_files import DIGEST_PARTITIONS, DUPS_DONE, RANGES_DIR, dups_name, join_rejects, spill_name
+from dataprep.engines.state_files import DUPS_DONE, RANGES_DIR, join_rejects, spill_name
 from dataprep.engines.supervisor import THREAD_WINDOW_PER_WORKER
 from dataprep.engines.write_loop import crash_culprits
 from dataprep.engines.writer_pool import WriterPool
 from dataprep.errors import WorkerCrashError
 from dataprep.inputs.records import Reject
+from dataprep.output.store import OutputStore
 from dataprep.plan.checkpoint import MODE_RANGES, PARTIAL_REJECTS_PATH, Checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 
 RETRIES = 1  # a job whose writer dies (no input to blame) runs once more, then the run fails
-Job = DigestJob | GroupJob | WriteJob
+Job = TaskJob | WriteJob
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def run_writers(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine, split: WriterSplit) -> RunOutcome:
@@ -62,11 +65,12 @@ def run_writers(ctx: RunContext, checkpoint: Checkpoint, progress: ProgressLine,
     with (InlineWriter(setup, in_flight) if split.writers == 1
           else WriterPool(program(setup), split.writers, in_flight_slots=in_flight)) as writers:
         if ctx.spec.handler.finds_duplicates() and not store.exists(DUPS_DONE):
+            # The range driver's passes, and its modules, only where duplicates are found across ranges.
+            from dataprep.engines.range_driver import find_range_duplicates, remove_attempts
+
             run.phase = "finding duplicates"
-            writers.run([DigestJob(r) for r in range(num_ranges) if not has_digests(store, r)], run)
-            writers.run([GroupJob(p, num_ranges) for p in range(DIGEST_PARTITIONS) if not store.exists(dups_name(p))],
-                        run)
-            store.write_bytes(DUPS_DONE, b"1\n")
+            remove_attempts(store)
+            find_range_duplicates(ctx, WriterTasks(writers, run), scratch=store.local_path() / RANGES_DIR)
         run.phase = "writing"
         writers.run([WriteJob(run.place(r)) for r in range(num_ranges) if r not in run.checkpoint.ranges_done], run)
     run.tick((0, 0, 0), force=True)
@@ -103,13 +107,14 @@ class _Run:
     def done(self, job: Any, result: Any) -> None:
         if not isinstance(result, JobDone):
             raise TypeError(f"a writer's job ended with a {type(result).__name__}, not a JobDone")
-        if isinstance(job, WriteJob):
-            self.records += result.records
-        elif isinstance(job, DigestJob):
-            self.cleaned += result.records
         if result.peak_kib is not None:
             self.writer_peak_kib = max(self.writer_peak_kib or 0, result.peak_kib)
-        if isinstance(job, WriteJob) and result.outcome is not None:
+        if isinstance(job, TaskJob):
+            if job.task.key[0] == "range":  # a range's digests: its records cleaned
+                self.cleaned += result.result.count
+            return
+        self.records += result.records
+        if result.outcome is not None:
             outcome, index = result.outcome, job.place.range
             self.checkpoint = self.checkpoint.with_range_done(index, outcome.totals, outcome.shards)
             save_checkpoint(self.ctx.store, self.checkpoint)
@@ -151,9 +156,9 @@ class _Run:
 
     def _describe(self, job: Any, in_flight: list[int]) -> str:
         """'range 3 (its input rows.jsonl, from record 2,001)' / 'partition 5 of the duplicates'."""
-        if isinstance(job, GroupJob):
-            return f"partition {job.part} of the duplicates"
-        index = job.index if isinstance(job, DigestJob) else job.place.range
+        if isinstance(job, TaskJob) and job.task.key[0] == "partition":
+            return f"partition {job.task.key[1]} of the duplicates"
+        index = job.task.key[1] if isinstance(job, TaskJob) else job.place.range
         plan = self.ctx.plan
         if in_flight:
             names = [getattr(plan.at(p), "source", "?") for p in in_flight[:5]]
@@ -168,10 +173,27 @@ class _Run:
 
 
 def _key(job: Job) -> tuple[str, int]:
-    """What a job is about, whatever place it starts from: ("write", range), ("digests", range), ("group", part)."""
+    """What a job is about, whatever place it starts from: ("write", range), ("range", range), ("partition", part)."""
     if isinstance(job, WriteJob):
         return ("write", job.place.range)
-    return ("digests", job.index) if isinstance(job, DigestJob) else ("group", job.part)
+    key: tuple[str, int] = job.task.key  # a task of range_tasks
+    return key
+
+
+class WriterTasks:
+    """The writers (a ``WriterPool``, or an ``InlineWriter``) as the range driver's ``TaskExecutor``: each task a
+    ``TaskJob``, its result yielded as it completes; ``run`` sees the deaths, failures and counts."""
+
+    def __init__(self, writers: WriterPool | InlineWriter, run: _Run) -> None:
+        self.writers, self.run = writers, run
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: list[T]) -> Iterator[R]:
+        for job, done in self.writers.completed([TaskJob(fn, task) for task in tasks], self.run):
+            self.run.done(job, done)
+            yield done.result
+
+    def check_shared(self, store: OutputStore) -> None:
+        """Nothing to check: the writers are of this machine."""
 
 
 def _remove_temporaries(ctx: RunContext) -> None:

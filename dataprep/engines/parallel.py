@@ -1,11 +1,12 @@
-"""Ordered, bounded parallel maps, and running a function in a forked process.
+"""An ordered, bounded parallel map over threads, and running a function in a forked process.
 
-``ordered_map`` runs on worker processes (for work that holds the GIL: table rows,
-text); ``threaded_ordered_map`` runs on threads (for work that releases it: image
-decoding), with no pickling and no copy of results between processes. Both return
+``threaded_ordered_map`` runs on threads (for work that releases the GIL: image
+decoding), with no pickling and no copy of results between processes; it returns
 results in input order with a bounded number in flight, so memory stays bounded however
 long the input is. ``run_forked`` runs one call in a child process and says whether the
-child died, which is how a crashing decoder is told apart from the rest of a run.
+child died, which is how a crashing decoder is told apart from the rest of a run. Work
+that holds the GIL (table rows, text) runs on processes of their own, one per core: the
+writer processes (``writer_pool``), never a pool per writer.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import os
 import pickle
 import signal
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Generator, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -32,16 +32,7 @@ from dataprep.errors import require_int
 T = TypeVar("T")
 R = TypeVar("R")
 
-_context: Any = None
-
-
 _PR_SET_PDEATHSIG = 1
-
-
-def _init(context: Any, parent_pid: int) -> None:
-    global _context
-    _context = context
-    die_with_parent(parent_pid)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -57,83 +48,6 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _run_chunk(fn: Callable[[Any, Any], Any], chunk: list[Any]) -> list[Any]:
-    return [fn(_context, item) for item in chunk]
-
-
-def ordered_map(
-    fn: Callable[[Any, T], R],
-    items: Iterable[T],
-    *,
-    context: Any,
-    workers: int,
-    chunk_size: int = 8,
-    window_per_worker: int = 4,
-    on_crash: Callable[[T, int | None], R] | None = None,
-) -> Generator[R, None, None]:
-    """Yield ``fn(context, item)`` for every item, in order.
-
-    ``fn`` must be a module-level function; ``context`` is sent to each worker once.
-    Worker exceptions propagate to the caller (the pool is shut down). A worker that
-    dies (a decoder crash, the OOM killer) breaks the pool: the inputs that were in
-    flight are then run again one at a time, each in a process of its own, and an
-    input that kills its process yields ``on_crash(item, exit status)``; the rest go
-    on in a fresh pool. Without ``on_crash`` a death raises ``WorkerCrashError``.
-    """
-    if workers <= 1:
-        for item in items:
-            yield fn(context, item)
-        return
-    window = max(2, workers * window_per_worker)
-    chunks = _chunked(items, chunk_size)
-    while True:
-        lost = yield from _run_pool(fn, chunks, context, workers, window)
-        if not lost:
-            return
-        if on_crash is None:
-            raise WorkerCrashError(f"a worker process died while processing one of {len(lost)} inputs", list(lost))
-        for item in lost:
-            yield _run_isolated(fn, context, item, on_crash)
-
-
-def _run_pool(fn: Callable[[Any, T], R], chunks: Iterator[list[T]], context: Any, workers: int,
-              window: int) -> Generator[R, None, list[T]]:
-    """Results of ``chunks`` through one pool; returns the items lost if the pool broke."""
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(context, os.getpid())) as pool:
-        pending: deque[tuple[Future[list[R]], list[T]]] = deque()
-        try:
-            for chunk in itertools.islice(chunks, window):
-                pending.append((pool.submit(_run_chunk, fn, chunk), chunk))
-            while pending:
-                future, chunk = pending[0]
-                try:
-                    results = future.result()
-                except BrokenProcessPool:
-                    return [item for _, lost in pending for item in lost]
-                pending.popleft()
-                nxt = next(chunks, None)
-                if nxt is not None:
-                    try:
-                        pending.append((pool.submit(_run_chunk, fn, nxt), nxt))
-                    except BrokenProcessPool:  # a worker died since the last result came back
-                        yield from results
-                        return [item for _, lost in pending for item in lost] + nxt
-                yield from results
-        finally:
-            for future, _ in pending:
-                future.cancel()
-    return []
-
-
-def _run_isolated(fn: Callable[[Any, T], R], context: Any, item: T, on_crash: Callable[[T, int | None], R]) -> R:
-    """``fn(context, item)`` in a forked process of its own; ``on_crash`` if that process dies."""
-    forked = run_forked(fn, context, item)
-    if forked.died:
-        return on_crash(item, forked.exit_status)
-    return forked.result()
 
 
 @dataclass(frozen=True)
@@ -315,9 +229,3 @@ class _Marked(Generic[T, R]):
             return self.fn(self.context, item)
         finally:
             self.in_flight.clear(position)
-
-
-def _chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    it = iter(items)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk

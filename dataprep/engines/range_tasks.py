@@ -5,9 +5,10 @@ fetched into the task's private folder, ``OutputStore.fetch``), writes one whole
 (its shards are named by the range), and returns its shard list and counts; its rejects
 go to a file of its own. Duplicates of table rows and text (first in plan order wins) are
 found before writing, without running ranges in sequence, in two passes of tasks
-(``dataprep.engines.grouping``): ``range_digests`` cleans a range (the key is the cleaned
-value: cleaning is done twice, the price of not storing cleaned records on a node) and
-writes its digests split into ``DIGEST_PARTITIONS`` partitions by their first byte;
+(``dataprep.engines.grouping``): ``range_digests`` cleans a range once (``grouping.clean_once``: the
+key is the cleaned value), writes the cleaned records to its spill (``dataprep.engines.spill``,
+read back by ``write_range``: nothing is cleaned twice) and its digests split into
+``DIGEST_PARTITIONS`` partitions by their first byte;
 ``group_partition`` groups one partition of every range in plan order (sorted in memory,
 or through an on-disk ``SeenSet`` on the node's temporary disk when large) and writes each
 range's duplicate ordinals of that partition. ``write_range`` then knows its duplicates.
@@ -35,23 +36,23 @@ from pathlib import Path
 
 import numpy as np
 
-from dataprep.plan.checkpoint import state_dir
+from dataprep.plan.checkpoint import Checkpoint, state_dir
 from dataprep.errors import UsageError
 from dataprep.formats.manifest import ShardInfo, Totals
-from dataprep.inputs.records import Reject
-from dataprep.engines.progress import ProgressLine
+from dataprep.engines.progress import ProgressLine, ProgressSink
 from dataprep.engines.context import RunContext, RunSpec
-from dataprep.engines.run_modes import RangeTaskRun
+from dataprep.engines.run_modes import RangeRun
 from dataprep.output.object_store import ObjectOutputStore
 from dataprep.inputs.raw_source import stage_units
 from dataprep.remote import RemoteNotFoundError, RemoteStore, is_remote_url
 from dataprep.plan.run_plan import PLAN_NAME, RunPlan, plan_names
 from dataprep.output.store import LocalStore, OutputStore, leaf
-from dataprep.engines.grouping import DigestWriter, dups_bytes, load_duplicates, partition_duplicates
+from dataprep.engines.grouping import DigestWriter, clean_once, dups_bytes, load_duplicates, partition_duplicates
 from dataprep.engines.state_files import (ATTEMPTS_DIR, DIGEST_PARTITIONS, DUPS_DONE, PROBE_DIR, RANGES_DIR,
-                                          digests_name, dups_name, rejects_name)
+                                          digests_name, dups_name, rejects_name, spill_name)
+from dataprep.engines.spill import SpillFile, SpillWriter
 from dataprep.engines.supervisor import run_supervised
-from dataprep.engines.write_loop import ProcessCleaning, WriteLoop
+from dataprep.engines.write_loop import InlineCleaning, WriteLoop
 
 __all__ = ["ATTEMPTS_DIR", "DIGEST_PARTITIONS", "DUPS_DONE", "PROBE_DIR", "GroupTask", "PassResult", "RangeResult",
            "RangeTask", "digests_name", "dups_name", "group_partition", "probe_node", "range_digests",
@@ -86,14 +87,19 @@ class RangeTask:
     """One range of a run: what a task needs besides the files in OUT (pickled to the worker).
 
     spec: what the run writes, decided once by the driver (the tokenizer travels pickled,
-    whole); store: OUT; threads: cleaning threads (media) or processes (tables, text), and
-    tokenizing threads, inside the task.
+    whole); store: OUT; threads: cleaning threads (media; tables and text are cleaned
+    inline) and tokenizing threads, inside the task.
     """
 
     spec: RunSpec
     store: OutputStore
     index: int
     threads: int = 1
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What the task is about (for retries and messages): ("range", index)."""
+        return ("range", self.index)
 
     def open_plan(self) -> RunPlan:
         """The saved plan; a clear error if this node cannot see it (OUT not shared)."""
@@ -110,14 +116,16 @@ class RangeTask:
                              "(OUT was overwritten by a run of other options); this task is stale and writes nothing")
         return plan
 
-    def context(self, store: OutputStore) -> RunContext:
+    def context(self, store: OutputStore, *, stage: bool = True) -> RunContext:
         """The run as this task writes it: into ``store``, with ``threads`` cleaning workers.
 
-        A remote RAW's files of the task's range are staged on this node first (``raw_source.stage_units``).
+        stage: a remote RAW's files of the task's range are staged on this node first
+        (``raw_source.stage_units``); False: the task reads none (its records are spilled).
         """
         plan = self.open_plan()
         start, stop = plan.range_bounds(self.index)
-        stage_units(self.spec.raw, plan.units(start, stop))
+        if stage:
+            stage_units(self.spec.raw, plan.units(start, stop))
         return RunContext(spec=self.spec, store=store, plan=plan, workers=self.threads)
 
 
@@ -134,22 +142,17 @@ class PassResult:
     last: str | None = None
 
 
-def range_digests(task: RangeTask) -> PassResult:
-    """First pass: the dedup digest of every kept record of the range (count: its raw records)."""
+def range_digests(task: RangeTask, progress: ProgressSink | None = None) -> PassResult:
+    """First pass (``clean_once``) into this attempt's folder: the range's spill, then its digests (count: its
+    raw records); a range with digests in OUT has its spill there too. progress: gets the counts (records,
+    rejects) as they go (a writer process's slot), else None."""
     ctx = task.context(task.store)
-    start, stop = ctx.plan.range_bounds(task.index)
-    items = (item for unit in ctx.plan.units(start, stop) for item in ctx.spec.handler.records(unit))
-    results = ProcessCleaning(task.threads).results(ctx.spec.handler, items, start)
-    ordinal = 0
     attempt, own = start_attempt(task.store, f"digests-{task.index:05d}")
-    with DigestWriter(own, task.index, leaf_name=True) as digests:
-        for result in results:
-            if not isinstance(result, Reject):
-                digest = ctx.spec.handler.dedup_digest(result)
-                if digest is not None:
-                    digests.add(ordinal, digest)
-            ordinal += 1
-    return PassResult(ordinal, attempt, (digests.name,))
+    spill_file = spill_name(task.index)
+    counted = None if progress is None else (lambda seen, rejected: progress.update(seen, rejected, 0))
+    with DigestWriter(own, task.index, leaf_name=True) as digests, SpillWriter(own, leaf(spill_file)) as spill:
+        count = clean_once(ctx, task.index, digests, spill, counted)
+    return PassResult(count, attempt, (spill_file, digests.name))
 
 
 @dataclass(frozen=True)
@@ -159,13 +162,23 @@ class GroupTask:
     store: OutputStore
     part: int
     num_ranges: int
+    scratch: Path | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What the task is about (for retries and messages): ("partition", part)."""
+        return ("partition", self.part)
 
 
-def group_partition(task: GroupTask) -> PassResult:
-    """Second pass: the duplicates among partition ``part`` of every range's digests (count: how many)."""
+def group_partition(task: GroupTask, progress: ProgressSink | None = None) -> PassResult:
+    """Second pass: the duplicates among partition ``part`` of every range's digests (count: how many).
+
+    A large partition goes through an on-disk set in ``task.scratch`` (None: the node's temporary folder);
+    progress: nothing is counted while grouping.
+    """
     store = task.store
     attempt, own = start_attempt(store, f"grouped-{task.part:02d}")
-    per_range = partition_duplicates(store, task.part, task.num_ranges)
+    per_range = partition_duplicates(store, task.part, task.num_ranges, task.scratch)
     own.write_bytes(leaf(dups_name(task.part)), dups_bytes(per_range))
     return PassResult(sum(len(d) for d in per_range), attempt, (dups_name(task.part),))
 
@@ -195,16 +208,20 @@ def write_range(task: RangeTask) -> RangeResult:
     """
     store = task.store
     duplicates = np.zeros(0, dtype=np.int64)
+    spill = None
     if task.spec.handler.finds_duplicates():
         duplicates = load_duplicates(store, task.index)
+        if store.exists(spill_name(task.index)):
+            spill = SpillFile(store, spill_name(task.index))
     attempt, own = start_attempt(store, f"range-{task.index:05d}")
-    ctx = task.context(own)
-    mode = RangeTaskRun(ctx, task.index, leaf(rejects_name(task.index)), duplicates)
+    ctx = task.context(own, stage=spill is None)
+    start = Checkpoint(range=task.index, position=ctx.plan.range_bounds(task.index)[0])
+    mode = RangeRun(ctx, start, leaf(rejects_name(task.index)), duplicates)
     progress = ProgressLine(None, enabled=False)
     if ctx.spec.handler.is_media:
         outcome = run_supervised(ctx, mode, progress)
     else:
-        outcome = WriteLoop(ctx, mode, ProcessCleaning(task.threads), progress).execute()
+        outcome = WriteLoop(ctx, mode, InlineCleaning(), progress, spill=spill).execute()
     return RangeResult(index=task.index, totals=outcome.totals, shards=outcome.shards, processed=outcome.processed,
                        bytes_out=outcome.bytes_out, attempt=attempt)
 

@@ -30,7 +30,7 @@ from dataprep.output.store import OutputStore
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'shardfeed[ray]' (or: pip install 'ray>=2.40')"
+RAY_INSTALL_HINT = "pip install 'shardfeed[ray]' (or: pip install 'ray>=2.40')"
 TASK_RETRIES = 3
 PROBE_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10.0
@@ -45,7 +45,7 @@ def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError as err:
-        raise UsageError(f"--engine ray needs Ray, which is not installed here: {INSTALL_HINT}") from err
+        raise UsageError(f"--engine ray needs Ray, which is not installed here: {RAY_INSTALL_HINT}") from err
     return ray
 
 

@@ -1,18 +1,17 @@
-"""The modes of the write loop (``write_loop.WriteMode``): a checkpointed run, one range of writer processes,
-and one range as a task.
+"""The modes of the write loop (``write_loop.WriteMode``): a checkpointed run, and one range.
 
-``CheckpointedRun`` (``--engine local``) writes the ranges from its checkpoint to the end of
+``CheckpointedRun`` (``--engine local`` in one process) writes the ranges from its checkpoint to the end of
 the plan; its rejects go to the state folder's partial rejects file, duplicates are found
 in the on-disk ``SeenSet`` (rolled back to the checkpoint), and every checkpoint makes the
 rejects, the duplicate set and the checkpoint document durable, so a killed run resumes
-from the last one. ``RangeTaskRun`` (a task of ``--engine ray``, ``dataprep.engines.range_tasks``)
-writes one range whole into its attempt's folder; its duplicates were found beforehand
-across ranges, and nothing is checkpointed: a task that fails is run again from the
-range's start. ``RangeWriterRun`` (a writer process of ``--engine local``,
-``dataprep.engines.local_writers``) writes one range from its place, into OUT itself: its
-rejects go to the range's own file, its duplicates were found beforehand across ranges,
-and at every closed shard the place reached is made durable and reported to the parent
-(which records it in the checkpoint), so a killed run loses at most the open shard.
+from the last one. ``RangeRun`` writes one range from a place to its end: its duplicates
+were found beforehand across ranges, its rejects go to the range's own file. As a task of
+``--engine ray`` (``dataprep.engines.range_tasks``) it writes the range whole into its
+attempt's folder and records nothing: a task that fails is run again from the range's
+start. In a writer process of ``--engine local`` (``dataprep.engines.local_writers``) it
+writes into OUT itself from the range's place, and at every closed shard the place reached
+is made durable and reported to the parent (which records it in the checkpoint), so a
+killed run loses at most the open shard.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import numpy as np
 from dataprep.errors import FormatError
 from dataprep.plan.checkpoint import (MODE_SEQUENTIAL, PARTIAL_REJECTS_PATH, SEEN_NAME, SEEN_PATH, Checkpoint,
                                       save_checkpoint, state_dir)
-from dataprep.engines.state_files import rejects_name
 from dataprep.engines.handlers import LayoutHandler
 from dataprep.plan.outdir import open_output
 from dataprep.formats.samples import CleanRecord, EncodedSample
@@ -43,6 +41,7 @@ class CheckpointedRun:
         self.ctx, self.start = ctx, start
         self._seen: SeenSet | None = None  # opened where the loop runs (the writing child), on first use
         self._synced = start.rejects_bytes
+        self._range_start = start.range_start if start.is_started else start
 
     def ranges(self) -> range:
         return range(self.start.range, self.ctx.plan.num_ranges)
@@ -60,7 +59,16 @@ class CheckpointedRun:
         if self._seen is not None:
             self._seen.commit()
             store.publish(f"{SEEN_PATH}/{name}" for name in self._seen.committed_files())
-        save_checkpoint(store, replace(checkpoint, mode=MODE_SEQUENTIAL))
+        if self._is_range_start(checkpoint):
+            self._range_start = replace(checkpoint, mode="", range_start=None)
+        save_checkpoint(store, replace(checkpoint, mode=MODE_SEQUENTIAL, range_start=self._range_start))
+
+    def _is_range_start(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` is where its range begins (the one before it just ended)."""
+        plan = self.ctx.plan
+        if checkpoint.next_shard or checkpoint.skip or checkpoint.range >= plan.num_ranges:
+            return False
+        return checkpoint.position == plan.range_bounds(checkpoint.range)[0]
 
     def finish(self, rejects: BinaryIO) -> None:
         """Nothing left: the end of the last range was a checkpoint."""
@@ -83,82 +91,50 @@ class CheckpointedRun:
         return self._seen
 
 
-class RangeTaskRun:
-    """Range ``index`` whole, on its own, into ``store`` (an attempt's folder), as a task (module docstring).
+class RangeRun:
+    """Range ``start.range`` from ``start`` (its place, or its start) to its end (module docstring).
 
-    rejects_name: the range's rejects file in ``store`` (started afresh); duplicates: int64
-    [D], sorted ordinals (0-based, over the range's raw records in plan order) of the
-    records that repeat an earlier record of the plan.
+    rejects_name: the range's rejects file in ``ctx.store`` (appended to after the
+    ``start.rejects_bytes`` its place counts); duplicates: int64 [D], sorted ordinals (0-based,
+    over the range's raw records in plan order) of the records that repeat an earlier record of
+    the plan; report: called with the range's place after every closed shard, once what it
+    counts is durable (rejects synced, shards published); None: a task, never resumed half-way.
     """
 
-    def __init__(self, ctx: RunContext, index: int, rejects_name: str, duplicates: np.ndarray) -> None:
-        self.ctx, self.index = ctx, index
-        self.rejects_name, self.duplicates = rejects_name, SortedOrdinals(duplicates)
-        self.start = Checkpoint(range=index, position=ctx.plan.range_bounds(index)[0])
-
-    @property
-    def store(self) -> OutputStore:
-        return self.ctx.store
-
-    def ranges(self) -> range:
-        return range(self.index, self.index + 1)
-
-    def rejects(self) -> AbstractContextManager[BinaryIO]:
-        return self.store.appender(self.rejects_name, fresh=True)
-
-    def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
-        return self.duplicates.holds(records_done)
-
-    def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
-        """Nothing to record: a range task is never resumed half-way."""
-
-    def finish(self, rejects: BinaryIO) -> None:
-        self.store.sync(rejects)
-
-    def close(self) -> None:
-        """Nothing held."""
-
-    def after_crash(self) -> RangeTaskRun:
-        """The same range again, from its start (its attempt's files are written again)."""
-        return self
-
-
-class RangeWriterRun:
-    """Range ``start.range`` from ``start`` (its place) to its end, in a writer process (module docstring).
-
-    duplicates: int64 [D], sorted ordinals (over the range's raw records in plan order) of the
-    records that repeat an earlier record of the plan; report: called with the range's place
-    after every closed shard, once what it counts is durable (rejects synced, shards published).
-    """
-
-    def __init__(self, ctx: RunContext, start: Checkpoint, duplicates: np.ndarray,
-                 report: Callable[[Checkpoint], None]) -> None:
+    def __init__(self, ctx: RunContext, start: Checkpoint, rejects_name: str, duplicates: np.ndarray,
+                 report: Callable[[Checkpoint], None] | None = None) -> None:
         self.ctx, self.start, self.duplicates, self.report = ctx, start, SortedOrdinals(duplicates), report
-        self.index = start.range
+        self.index, self.rejects_name = start.range, rejects_name
         self._synced = start.rejects_bytes
 
     def ranges(self) -> range:
         return range(self.index, self.index + 1)
 
     def rejects(self) -> AbstractContextManager[BinaryIO]:
-        return _rejects_from(self.ctx.store, rejects_name(self.index), self.start.rejects_bytes)
+        return _rejects_from(self.ctx.store, self.rejects_name, self.start.rejects_bytes)
 
     def is_duplicate(self, handler: LayoutHandler, sample: CleanRecord | EncodedSample, records_done: int) -> bool:
         return self.duplicates.holds(records_done)
 
     def commit(self, checkpoint: Checkpoint, rejects: BinaryIO) -> None:
+        if self.report is None:  # a task: nothing to record
+            return
         self._synced = sync_new(self.ctx.store, rejects, self._synced)
         if checkpoint.range == self.index:  # the range's end is reported by its outcome
             self.report(checkpoint)
 
     def finish(self, rejects: BinaryIO) -> None:
-        self._synced = sync_new(self.ctx.store, rejects, self._synced)
+        if self.report is None:  # a task's rejects file is published even when empty: made durable (uploaded)
+            self.ctx.store.sync(rejects)
+        else:
+            self._synced = sync_new(self.ctx.store, rejects, self._synced)
 
     def close(self) -> None:
         """Nothing held."""
 
-    def after_crash(self) -> RangeWriterRun:
-        """Not used: the parent starts the range again from the last place it recorded."""
+    def after_crash(self) -> RangeRun:
+        """The same range again from ``start`` (a task: from its start, its attempt's files written again; a
+        writer process's parent starts the range again from the last place it recorded instead)."""
         return self
 
 

@@ -1,12 +1,12 @@
 """A range's cleaned records kept on disk between the pass that finds duplicates and the pass that writes.
 
-Tables and text of ``--engine local``'s writer processes are cleaned once: the first pass
-(``local_tasks.digest_range``) writes each record's dedup digest (``grouping``) and the
-cleaned record itself here, ``spill-RRRRR.bin`` in OUT's state folder; once every range's
-duplicates are known, the writing pass reads the records back instead of parsing and
-cleaning them again (which costs ~50-65% of a run's CPU, ``range_tasks``'s price on a
-cluster). The file becomes visible whole (``OutputStore.writer``) and is removed once its
-range is written. Disk: about the cleaned text's size (JSON syntax and other columns of a
+Tables and text whose duplicates are found across ranges are cleaned once, on every engine:
+the first pass (``grouping.clean_once``: a writer process's job, or a Ray task) writes each
+record's dedup digest (``grouping``) and the cleaned record itself here, ``spill-RRRRR.bin`` in
+OUT's state folder; once every range's duplicates are known, the writing pass reads the
+records back (``SpillFile``) instead of parsing and cleaning them again (which costs ~50-65%
+of a run's CPU). The file becomes visible whole (``OutputStore.writer``) and is removed once
+its range is written. Disk: about the cleaned text's size (JSON syntax and other columns of a
 tokenized table dropped), for every range at once between the passes.
 
 Format: frames of up to ``FRAME_RECORDS`` records, each ``uint32 length`` + a pickle of
@@ -23,6 +23,7 @@ import struct
 from collections import deque
 from collections.abc import Generator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO
 
@@ -35,6 +36,14 @@ from dataprep.output.store import OutputStore
 FRAME_RECORDS = 256
 _LENGTH = struct.Struct("<I")
 Tag = tuple[int, int]  # (plan position of the unit, index of the raw record within the unit)
+
+
+@dataclass(frozen=True)
+class SpillFile:
+    """A range's spill to read the cleaned records from: ``name`` in ``store`` (OUT)."""
+
+    store: OutputStore
+    name: str
 
 
 class SpillWriter:

@@ -8,7 +8,7 @@ folder when the run ends::
     dups-PP.npy           the duplicates in partition P, of every range (``grouping``): P is grouped
     dups.done             every range's duplicates are known
     rejects-RRRRR.jsonl   rejects of range R, in plan order
-    spill-RRRRR.bin       range R's cleaned records (``spill``; ``--engine local`` only), until R is written
+    spill-RRRRR.bin       range R's cleaned records (``spill``), until R is written
     attempts/KIND-N-TOKEN/ what one attempt at a Ray task wrote (``range_tasks``)
     probe/                one file per node: OUT is shared (``range_tasks.probe_node``)
 

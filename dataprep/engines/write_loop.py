@@ -12,13 +12,13 @@ What the loop does not decide, it is handed as objects behind one interface each
 
 - ``WriteMode`` (``dataprep.engines.run_modes``): which ranges, where rejects go, how duplicates
   are told, what a checkpoint does: a checkpointed run (``CheckpointedRun``) or one range
-  written whole as a task (``RangeTaskRun``);
-- ``Cleaning``: worker processes (``ProcessCleaning``: table rows and text, whose cleaning
-  holds the GIL; with one worker, inline) or threads of this process (``ThreadCleaning``:
+  from a place (``RangeRun``: a Ray task, or a writer process);
+- ``Cleaning``: on the writing thread (``InlineCleaning``: table rows and text, whose cleaning
+  holds the GIL) or on threads of this process (``ThreadCleaning``:
   media, in a process that is watched for decoder crashes: ``dataprep.engines.supervisor``'s
   forked child, or a writer process of ``dataprep.engines.local_writers``);
 - ``spill``: the range's records already cleaned (``dataprep.engines.spill``), read instead of
-  RAW when a writer process cleaned them in the pass that found duplicates;
+  RAW when the pass that found duplicates cleaned them;
 - ``ProgressSink``: where the loop reports its counts (``dataprep.engines.progress``).
 
 Everything it writes goes through the run's ``OutputStore`` (``dataprep.output.store``).
@@ -37,12 +37,12 @@ from dataprep.plan.checkpoint import Checkpoint
 from dataprep.clean.images import prepare_threads
 from dataprep.engines.handlers import IdentityPacker, LayoutHandler, Result
 from dataprep.formats.manifest import ShardInfo, Totals
-from dataprep.engines.parallel import InFlight, describe_exit, ordered_map, run_forked, threaded_ordered_map
+from dataprep.engines.parallel import InFlight, describe_exit, run_forked, threaded_ordered_map
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.inputs.records import RawRecord, Reject, RejectReason, reject_line
 from dataprep.engines.progress import ProgressSink
 from dataprep.engines.context import RunContext, RunOutcome
-from dataprep.engines.spill import read_spill
+from dataprep.engines.spill import SpillFile, read_spill
 from dataprep.plan.run_plan import RunPlan
 from dataprep.tokenize.stage import TokenStage
 from dataprep.formats.writer import ShardWriter
@@ -100,15 +100,15 @@ class Cleaning(Protocol):
 
 
 @dataclass(frozen=True)
-class ProcessCleaning:
-    """On ``workers`` worker processes (``parallel.ordered_map``); a crash there becomes a reject at once."""
+class InlineCleaning:
+    """On the writing thread: table rows and text, whose cleaning holds the GIL (a process per core is the
+    engine's: its writer processes), and media cleaned on one thread."""
 
-    workers: int
     crashed: Mapping[int, Reject] = field(default_factory=dict)
 
     def results(self, handler: LayoutHandler, items: Iterator[Item],
                 first_position: int) -> Generator[Result, None, None]:
-        return ordered_map(clean_item, items, context=handler, workers=self.workers, on_crash=crash_reject)
+        return (clean_item(handler, item) for item in items)
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class WriteLoop:
     """The write loop of one run: plan ranges -> results in plan order -> rejects file, writers, checkpoints."""
 
     def __init__(self, ctx: RunContext, mode: WriteMode, cleaning: Cleaning, progress: ProgressSink,
-                 spill: str | None = None) -> None:
+                 spill: SpillFile | None = None) -> None:
         self.ctx, self.mode, self.cleaning, self.progress, self.spill = ctx, mode, cleaning, progress, spill
         start = mode.start
         self.checkpoint = start
@@ -254,7 +254,7 @@ class WriteLoop:
         """Results in plan order, cleaned, duplicates told, tokenized for token output; ``tags`` gets each
         one's (position, record) as it is submitted."""
         if self.spill is not None:  # cleaned already, in plan order: one range's records, read from `skip` on
-            cleaned = read_spill(self.ctx.store, self.spill, (first, skip), tags)
+            cleaned = read_spill(self.spill.store, self.spill.name, (first, skip), tags)
         else:
             cleaned = self.cleaning.results(self.ctx.spec.handler, self._items(first, stop, skip, tags), first + skip)
         kept = self._deduplicated(cleaned, self.records_done)

@@ -4,11 +4,12 @@ Lifecycle (``WriterPool``): the constructor starts nothing; entering starts ``wr
 processes with ``multiprocessing``'s start method (fork, forkserver or spawn: the setup is
 pickled once per process, each job and its result once); leaving stops them whatever
 happened (a ``None`` job, then SIGTERM, then SIGKILL, each after a timeout; at once on an
-error or Ctrl-C). ``run(jobs, events)`` hands the jobs out in order, one running and one queued
-per writer while there are more jobs than writers (a writer never waits for this process between
-two jobs), and waits for them (``connection.wait``, ``TICK_S`` at most, then ``events.tick``: the progress line) with
-a liveness check on every writer: a message goes to ``events.message``, a result to
-``events.done``, an error is raised here (the other writers stopped by leaving the pool); a
+error or Ctrl-C). ``run(jobs, events)`` (or ``completed``, which yields each result) hands the
+jobs out in order, one running and one queued per writer while there are more jobs than writers
+(a writer never waits for this process between two jobs), and waits for them
+(``connection.wait``, ``TICK_S`` at most, then ``events.tick``: the progress line) with a
+liveness check on every writer: a message goes to ``events.message``, a result to
+``events.done`` (or out of ``completed``), an error is raised here (the other writers stopped by leaving the pool); a
 writer that dies without a result (its sentinel) is replaced by a fresh process and
 ``events.died`` says which job to run instead, or raises.
 
@@ -30,7 +31,7 @@ import pickle
 import signal
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from types import FrameType, TracebackType
@@ -179,15 +180,23 @@ class WriterPool:
         self._stop(at_once=kind is not None)
 
     def run(self, jobs: list[Any], events: PoolEvents) -> None:
-        """Run every job (and those ``events.died`` puts instead) to its result (module docstring)."""
+        """Run every job (and those ``events.died`` puts instead) to its result, given to ``events.done``."""
+        for job, result in self.completed(jobs, events):
+            events.done(job, result)
+
+    def completed(self, jobs: list[Any], events: PoolEvents) -> Iterator[tuple[Any, Any]]:
+        """(job, result) of every job (and of those ``events.died`` puts instead), as each completes (module
+        docstring); ``events.done`` is not called."""
         pending = deque(jobs)
         while pending or any(w.jobs for w in self._writers):
             self._dispatch(pending)
             busy = [w for w in self._writers if w.jobs]
             ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=TICK_S))
             for writer in busy:
-                gone = writer.conn in ready and not self._receive(writer, events, pending)
-                if gone or (writer.process.sentinel in ready and not writer.conn.poll()):
+                alive, done = self._receive(writer, events, pending) if writer.conn in ready else (True, None)
+                if done is not None:
+                    yield done
+                if not alive or (writer.process.sentinel in ready and not writer.conn.poll()):
                     pending.extendleft(reversed(self._replace(writer, events)))
             events.tick(self._counts())
 
@@ -208,23 +217,25 @@ class WriterPool:
         writer.seqs.append(self._seq)
         writer.conn.send((self._seq, job))
 
-    def _receive(self, writer: _Writer, events: PoolEvents, pending: deque[Any]) -> bool:
-        """Handle one thing ``writer`` sent; False if it is gone (its end of the pipe closed: it died)."""
+    def _receive(self, writer: _Writer, events: PoolEvents,
+                 pending: deque[Any]) -> tuple[bool, tuple[Any, Any] | None]:
+        """Handle one thing ``writer`` sent: (False if it is gone (its end of the pipe closed: it died),
+        (job, result) if a job completed)."""
         try:
             kind, payload = writer.conn.recv()
         except (EOFError, OSError, pickle.UnpicklingError):
-            return False
+            return False, None
         if kind == "message":
             events.message(writer.jobs[0], payload)
         elif kind == "done":
             job = writer.jobs.popleft()
             writer.seqs.popleft()
-            self._dispatch(pending)  # before recording the result (a checkpoint to fsync): no writer waits
-            events.done(job, payload)
+            self._dispatch(pending)  # before the result is recorded (a checkpoint to fsync): no writer waits
+            return True, (job, payload)
         else:
             events.failed(writer.jobs[0], payload)
             raise payload
-        return True
+        return True, None
 
     def _replace(self, writer: _Writer, events: PoolEvents) -> list[Any]:
         """A fresh process in the place of ``writer``, which died: the jobs to run instead of its own (the one it

@@ -5,8 +5,9 @@ uploaded with the client's retries (``dataprep.remote``): a closed shard and its
 the writer hands them to ``publish`` (each stored with its sha256 as the object's
 ``sha256`` attribute, then its local bytes dropped: the staging folder keeps a sparse file of
 its size, so the run's checks of OUT still see it); a file of ``writer`` or ``write_bytes``
-when it is complete; the file of an ``appender`` whenever ``sync`` makes it durable. State
-files (plan, duplicate set) are kept in the staging folder and uploaded once per change.
+when it is complete; the file of an ``appender`` whenever ``sync`` makes it durable and when it
+closes changed since its last upload (an empty rejects file included). State files (plan,
+duplicate set) are kept in the staging folder and uploaded once per change.
 
 Objects up to ``MAX_SINGLE_PUT_BYTES`` (5 GiB, S3's limit for one PUT) go in a single PUT,
 so a killed run never leaves a multipart upload open; a larger file (a ``--shard-size``
@@ -123,6 +124,8 @@ class ObjectOutputStore:
                 yield f
             finally:
                 self._appending.pop(id(f), None)
+        if self._uploaded.get(name) != stamp(path):  # closed unsynced (a file no append reached): stored too
+            self._upload(name)
 
     def sync(self, file: BinaryIO) -> None:
         file.flush()

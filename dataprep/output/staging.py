@@ -4,7 +4,7 @@ A run whose OUT or RAW is a store URL works on this machine's disk in one folder
 ``STAGING/dataprep-staging-KEY`` (``--staging STAGING``, default the system's temporary
 folder; KEY: 16 hex digits of the sha256 of OUT's URL or path, so a rerun of the same command
 finds the same folder), holding ``out/`` (OUT as the run sees it, ``dataprep.commands.object_output``)
-and ``raw/`` (RAW's mirror, ``dataprep.raw_mirror``). The run locks it, empties ``out/`` (the
+and ``raw/`` (RAW's mirror, ``dataprep.inputs.raw_source``). The run locks it, empties ``out/`` (the
 store holds the truth; a killed run's leftovers are stale) and removes the whole folder when
 it ends, however it ends; only ``kill -9`` leaves it behind, and the rerun takes it over.
 """

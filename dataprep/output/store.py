@@ -6,12 +6,12 @@ checkpoint, the manifest and the range tasks' shared files (``write_bytes``, ``w
 and the renames that publish a range task's attempt (``move``). Names are ``/``-separated
 paths relative to OUT.
 
-Shard writers (``dataprep.writers``) stream to ``local_path()``, a folder of this machine,
+Shard writers (``dataprep.formats``) stream to ``local_path()``, a folder of this machine,
 and hand each closed shard to ``publish``. ``LocalStore`` is OUT as a folder of a
 filesystem that every node mounts at the same path (NFS, Lustre, a local disk for one
 machine): ``local_path()`` is OUT itself and a closed shard is already in place, so
 ``publish`` only has to be durable, which the writers' rename already is. Object storage
-(``dataprep.commands.object_output.ObjectOutputStore``) implements the same methods over a staging
+(``dataprep.output.object_store.ObjectOutputStore``) implements the same methods over a staging
 folder: ``publish``, ``write_bytes``, ``writer`` and ``sync`` upload, ``move`` copies in the
 store. Files written under ``local_path()`` by other means (the plan, the duplicate set) are
 handed to ``publish`` too; a task that reads them on another node asks ``fetch`` first.

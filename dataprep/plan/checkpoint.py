@@ -1,10 +1,11 @@
 """The checkpoint: how far a run got in its plan, rewritten atomically after every completed shard.
 
-Checkpoint document (``OUT/.dataprep/checkpoint.json``), version 3::
+Checkpoint document (``OUT/.dataprep/checkpoint.json``), version 4::
 
-    {"version": 3, "mode": "sequential", "range": 1, "next_shard": 3, "position": 1234, "skip": 17,
+    {"version": 4, "mode": "sequential", "range": 1, "next_shard": 3, "position": 1234, "skip": 17,
      "records_done": 98765, "rejects_bytes": 5678, "totals": {...}, "shards": [ShardInfo json, ...],
-     "carry": {...}, "ranges_done": [0, 2, ...], "open_ranges": {"5": {a range's place}, ...}}
+     "carry": {...}, "ranges_done": [0, 2, ...], "open_ranges": {"5": {a range's place}, ...},
+     "range_start": {a place, its "shards" a count; or null}}
 
 Resuming means skipping to a place in the saved plan, never replaying: ``position`` is
 the plan position of the first unit not wholly final and ``skip`` how many of its raw
@@ -13,23 +14,30 @@ records are final (in a completed shard or in the rejects file); ``range`` and
 ``records_done`` counts final raw records over the whole plan (the position of the next
 one in the duplicate set); ``carry`` is the packer's carry-over (``dataprep.engines.handlers``).
 
-``mode`` says which writer made the state, and so who may resume it:
+``mode`` says how the ranges were written so far; every engine resumes either
+(dataprep/engines/README.md, "One checkpoint"):
 
-- ``sequential`` (``--engine local --workers 1``): the ranges one after another, in plan
-  order, the fields above; rejects in ``rejects.partial.jsonl``, duplicates in the ``seen`` set.
-- ``ranges`` (``--engine local``, writer processes, ``dataprep.engines.local_writers``) and
-  ``ray`` (``--engine ray``, ``dataprep.engines.range_driver``): whole ranges written in any
-  order, each range's rejects in a file of its own (``.dataprep/ranges/``). ``ranges_done``:
-  the ranges complete; ``totals`` counts them. ``open_ranges`` (``ranges`` only): range ->
-  its place, a checkpoint of that range alone (``range``, ``next_shard``, ``position``,
-  ``skip``; ``records_done`` counts the range's raw records, ``rejects_bytes`` its rejects
-  file, ``totals`` and ``shards`` its own), so a killed run loses at most the shard each
-  writer had open. ``shards`` lists every completed shard: those of the ranges done, then
-  (sorted by name) those of the open ranges, which is what a resume keeps in OUT.
+- ``sequential`` (one process, ``--engine local --workers 1`` or a plan of one range): the
+  ranges one after another, in plan order, the fields above; rejects in
+  ``rejects.partial.jsonl``, duplicates in the ``seen`` set; ``range_start``: the place where
+  range ``range`` began (its ``rejects_bytes`` and ``totals`` those of the ranges before, its
+  ``shards`` how many of the run's first shards are theirs). A run of whole ranges resuming
+  it (``Checkpoint.whole_ranges``) keeps those ranges and writes the rest.
+- ``ranges`` (writer processes of ``--engine local``, or Ray tasks of ``--engine ray``): whole
+  ranges written in any order, each range's rejects in a file of its own
+  (``.dataprep/ranges/``). ``ranges_done``: the ranges complete; ``totals`` counts them.
+  ``open_ranges``: range -> its place, a checkpoint of that range alone (``range``,
+  ``next_shard``, ``position``, ``skip``; ``records_done`` counts the range's raw records,
+  ``rejects_bytes`` its rejects file, ``totals`` and ``shards`` its own), so a killed run
+  loses at most the shard each writer had open (Ray tasks write whole ranges: a Ray run
+  resuming it writes the open ranges again). ``shards`` lists every completed shard: those
+  of the ranges done, then (sorted by name) those of the open ranges, which is what a
+  resume keeps in OUT.
 - ``""``: nothing written yet (the checkpoint saved with the plan).
 
-Version 2 documents (before ``mode`` and ``open_ranges``) are read as ``ray`` when they
-record ranges done, else as ``sequential``.
+Version 3 documents are read as version 4 (their ``ray`` mode as ``ranges``); version 2
+(before ``mode`` and ``open_ranges``) as ``ranges`` when they record ranges done, else as
+``sequential``. Any other version is refused, naming it, with what to do.
 """
 
 from __future__ import annotations
@@ -50,10 +58,11 @@ SEEN_NAME = "seen"
 CHECKPOINT_PATH = f"{STATE_DIR}/{CHECKPOINT_NAME}"
 PARTIAL_REJECTS_PATH = f"{STATE_DIR}/{PARTIAL_REJECTS_NAME}"
 SEEN_PATH = f"{STATE_DIR}/{SEEN_NAME}"
-CHECKPOINT_VERSION = 3
-_READABLE_VERSIONS = (2, CHECKPOINT_VERSION)
-MODE_SEQUENTIAL, MODE_RANGES, MODE_RAY = "sequential", "ranges", "ray"
-MODES = ("", MODE_SEQUENTIAL, MODE_RANGES, MODE_RAY)
+CHECKPOINT_VERSION = 4
+_READABLE_VERSIONS = (2, 3, CHECKPOINT_VERSION)
+MODE_SEQUENTIAL, MODE_RANGES = "sequential", "ranges"
+MODES = ("", MODE_SEQUENTIAL, MODE_RANGES)
+_OLD_MODES = {"ray": MODE_RANGES}  # version 3's name of a run of Ray tasks
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class Checkpoint:
     ranges_done: tuple[int, ...] = ()
     mode: str = ""
     open_ranges: dict[int, Checkpoint] = field(default_factory=dict)
+    range_start: Checkpoint | None = None
 
     @property
     def is_started(self) -> bool:
@@ -85,15 +95,31 @@ class Checkpoint:
         return replace(self, mode=MODE_RANGES, open_ranges=open_ranges,
                        shards=_all_shards(self._done_shards(), open_ranges))
 
-    def with_range_done(self, index: int, totals: Totals, shards: tuple[ShardInfo, ...],
-                        mode: str = MODE_RANGES) -> Checkpoint:
+    def with_range_done(self, index: int, totals: Totals, shards: tuple[ShardInfo, ...]) -> Checkpoint:
         """This run with range ``index`` complete (``totals`` and ``shards`` its own); idempotent."""
         if index in self.ranges_done:
             return self
         open_ranges = {r: place for r, place in self.open_ranges.items() if r != index}
         done = tuple(sorted((*self._done_shards(), *shards), key=lambda s: s.name))
-        return replace(self, mode=mode, totals=add_totals(self.totals, totals), open_ranges=open_ranges,
+        return replace(self, mode=MODE_RANGES, totals=add_totals(self.totals, totals), open_ranges=open_ranges,
                        shards=_all_shards(done, open_ranges), ranges_done=tuple(sorted((*self.ranges_done, index))))
+
+    def whole_ranges(self) -> Checkpoint:
+        """This run as whole ranges (mode ``ranges``): the ranges done, no open range (module docstring).
+
+        A sequential run keeps the ranges before the one it stopped in (their rejects are
+        the partial file's first ``range_start.rejects_bytes`` bytes); open ranges are dropped.
+        Raises ``FormatError`` for a sequential run without ``range_start`` (version 3).
+        """
+        if self.mode == MODE_SEQUENTIAL and self.is_started:
+            start = self.range_start
+            if start is None:
+                raise FormatError(f"the checkpoint (version 3) of a run written in one process, stopped in range "
+                                  f"{self.range}, does not say where that range began; resume it with --engine "
+                                  "local --workers 1, or pass --overwrite")
+            return Checkpoint(totals=start.totals, shards=start.shards, mode=MODE_RANGES,
+                              ranges_done=tuple(range(start.range)))
+        return replace(self, mode=MODE_RANGES, open_ranges={}, shards=self._done_shards(), range_start=None)
 
     def _done_shards(self) -> tuple[ShardInfo, ...]:
         """The shards of the ranges done (``shards`` without those of the open ranges)."""
@@ -103,22 +129,32 @@ class Checkpoint:
     def to_bytes(self) -> bytes:
         doc = {"version": CHECKPOINT_VERSION, "mode": self.mode, **_place_json(self),
                "ranges_done": list(self.ranges_done),
-               "open_ranges": {str(r): _place_json(place) for r, place in sorted(self.open_ranges.items())}}
+               "open_ranges": {str(r): _place_json(place) for r, place in sorted(self.open_ranges.items())},
+               "range_start": None if self.range_start is None else _start_json(self.range_start)}
         return json.dumps(doc, indent=1, sort_keys=True).encode()
 
     @classmethod
     def from_path(cls, path: Path) -> Checkpoint:
         try:
             doc = json.loads(path.read_bytes())
-            if doc.get("version") not in _READABLE_VERSIONS:
-                raise FormatError(f"{path}: checkpoint version {doc.get('version')!r} not supported "
-                                  f"(expected {CHECKPOINT_VERSION}); rerun with --overwrite")
+            version = doc.get("version")
+        except (OSError, ValueError, AttributeError) as err:
+            raise FormatError(f"{path}: unreadable checkpoint ({err!r}); rerun with --overwrite") from err
+        if version not in _READABLE_VERSIONS:
+            raise FormatError(f"{path}: checkpoint version {version!r}, but this dataprep reads versions "
+                              f"{', '.join(map(str, _READABLE_VERSIONS))}: finish the run with the dataprep that "
+                              "started it, or pass --overwrite to start again")
+        try:
             ranges_done = tuple(int(r) for r in doc.get("ranges_done") or ())
-            mode = doc.get("mode", MODE_RAY if ranges_done else MODE_SEQUENTIAL)
+            mode = doc.get("mode", MODE_RANGES if ranges_done else MODE_SEQUENTIAL)
+            mode = _OLD_MODES.get(mode, mode)
             if mode not in MODES:
                 raise ValueError(f"unknown mode {mode!r}")
             open_ranges = {int(r): _place_from(place) for r, place in (doc.get("open_ranges") or {}).items()}
-            return replace(_place_from(doc), ranges_done=ranges_done, mode=mode, open_ranges=open_ranges)
+            place = _place_from(doc)
+            start = doc.get("range_start")
+            return replace(place, ranges_done=ranges_done, mode=mode, open_ranges=open_ranges,
+                           range_start=None if start is None else _start_from(start, place.shards))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise FormatError(f"{path}: unreadable checkpoint ({err!r}); rerun with --overwrite") from err
 
@@ -148,6 +184,18 @@ def _place_from(doc: dict[str, Any]) -> Checkpoint:
                       skip=int(doc["skip"]), records_done=int(doc["records_done"]),
                       rejects_bytes=int(doc["rejects_bytes"]), totals=Totals.from_json(doc["totals"]),
                       shards=tuple(ShardInfo.from_json(s) for s in doc["shards"]), carry=dict(doc.get("carry") or {}))
+
+
+def _start_json(start: Checkpoint) -> dict[str, Any]:
+    """Where a sequential run's range began: its shards are the run's first ones, so only their count is kept."""
+    return {**_place_json(replace(start, shards=())), "shards": len(start.shards)}
+
+
+def _start_from(doc: dict[str, Any], shards: tuple[ShardInfo, ...]) -> Checkpoint:
+    count = int(doc["shards"])
+    if count > len(shards):
+        raise ValueError(f"range_start counts {count} shards, the checkpoint names {len(shards)}")
+    return replace(_place_from({**doc, "shards": []}), shards=shards[:count])
 
 
 def state_dir(out: Path) -> Path:

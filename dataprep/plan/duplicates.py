@@ -26,7 +26,7 @@ import numpy as np
 from dataprep.inputs.names import IMAGE_EXTENSIONS
 from dataprep.inputs.records import RawRecord, Reject, RejectReason
 from dataprep.plan.external_sort import ExternalSort, SortLimits
-from dataprep.plan.spill import PickleFile
+from dataprep.plan.scratch_files import PickleFile
 
 __all__ = ["HEAD_BYTES", "Digest", "find_duplicates", "primary_image"]
 

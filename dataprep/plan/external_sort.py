@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from dataprep.errors import UsageError
+from dataprep.errors import UsageError, require_int
 
 __all__ = ["ExternalSort", "SortLimits", "sort_records"]
 
@@ -38,9 +38,8 @@ class SortLimits:
 
     def __post_init__(self) -> None:
         for name, low in (("run_rows", 2), ("block_rows", 1), ("fanout", 2)):
-            value = getattr(self, name)
-            if type(value) is not int or value < low:
-                raise UsageError(f"SortLimits.{name} must be an int >= {low} (got {value!r})")
+            require_int(f"SortLimits.{name}", getattr(self, name), minimum=low, expected=f"an int >= {low}",
+                        error=UsageError)
 
 
 def sort_records(records: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from dataprep.inputs.listing import LISTING_NAME, Entry
 from dataprep.inputs.records import FilePart, RawRecord, Reject, RejectReason, Unit
 from dataprep.inputs.sources import KeyAssigner, Layout, LayoutChoice, group_records
 from dataprep.inputs.walk import RawFile
+from dataprep.phases import SILENT, PhaseProgress, counted
 from dataprep.plan.duplicates import find_duplicates, primary_image
 from dataprep.plan.external_sort import SortLimits
 from dataprep.plan.file_units import MAX_PART_BYTES, file_units, table_schema_of
@@ -38,7 +39,7 @@ from dataprep.plan.plan_input import PlanInput, RawTree
 from dataprep.plan.run_plan import (BYTES_NAME, OFFSETS_NAME, ORDER_NAME, PLAN_NAME, RANGES_NAME, REPLACED_INDEX_NAME,
                                     REPLACED_NAME, REPLACED_OFFSETS_NAME, UNITS_NAME, LabelMap, PlanOptions,
                                     RangeSplitter, RunPlan, RunPlanInfo)
-from dataprep.plan.spill import NpyWriter, PickleFile, PickleSpill, read_npy_chunks
+from dataprep.plan.scratch_files import NpyWriter, PickleFile, PickleSpill, read_npy_chunks
 from dataprep.plan.unique_keys import SpilledKeys
 
 __all__ = ["SPILL_DIR", "PlanLimits", "make_run_plan", "sort_limits"]
@@ -74,18 +75,20 @@ class _Built:
 
 
 def make_run_plan(options: PlanOptions, choice: LayoutChoice, directory: Path, fingerprint: dict[str, Any], *,
-                  source: PlanInput | None = None, limits: PlanLimits | None = None) -> RunPlan:
+                  source: PlanInput | None = None, limits: PlanLimits | None = None,
+                  progress: PhaseProgress = SILENT) -> RunPlan:
     """Build the plan into ``directory`` (``run_plan``'s module docstring) and read it back.
 
     ``fingerprint``: the options that shape the output, recorded in ``plan.json``; ``source``:
-    what RAW holds (default: ``options.raw`` on this machine's disk).
+    what RAW holds (default: ``options.raw`` on this machine's disk); ``progress``: told of the
+    two passes over RAW ("walking RAW", then "planning" of the entries the walk counted).
     """
     source = RawTree(options.raw) if source is None else source
     spill = directory / SPILL_DIR
     shutil.rmtree(spill, ignore_errors=True)  # a killed planner's
     spill.mkdir()
     try:
-        built = _build(options, choice.layout, directory, source, limits or PlanLimits())
+        built = _build(options, choice.layout, directory, source, limits or PlanLimits(), progress)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     range_starts = _range_starts(directory / BYTES_NAME, options.range_bytes)
@@ -108,17 +111,23 @@ def _range_starts(bytes_path: Path, range_bytes: int | None) -> np.ndarray:
     return splitter.finish()
 
 
-def _build(options: PlanOptions, layout: Layout, directory: Path, source: PlanInput, limits: PlanLimits) -> _Built:
+def _build(options: PlanOptions, layout: Layout, directory: Path, source: PlanInput, limits: PlanLimits,
+           progress: PhaseProgress) -> _Built:
     """Every file of the plan but the ranges and ``plan.json``."""
     spill, skip = directory / SPILL_DIR, source.exclusion()
-    listing_sha256, count = _write_listing(source.items(), skip, directory / LISTING_NAME)
+    progress.begin("walking RAW", None, "entries")
+    listing_sha256, count = _write_listing(counted(source.items(), progress), skip, directory / LISTING_NAME)
+    progress.end()
     sizes_path = spill / "sizes.npy"
     with SpilledKeys(spill / "keys", count, memtable_rows=limits.key_memtable_rows) as used:
         keys = KeyAssigner(used)
-        units = _media_units(layout, source, skip, keys) if layout.is_media else \
-            _file_units(options, layout, source, skip, keys)
+        progress.begin("planning", count, "entries")
+        items = counted(source.items(), progress)
+        units = _media_units(layout, items, skip, keys) if layout.is_media else \
+            _file_units(options, layout, items, source.single_file, skip, keys)
         with PickleSpill(directory / UNITS_NAME, directory / OFFSETS_NAME, sizes_path) as spilled:
             labels = _spill(units, spilled, source, check_label=layout is Layout.IMAGE_FOLDER)
+        progress.end()
     with PickleSpill(directory / REPLACED_NAME, directory / REPLACED_OFFSETS_NAME,
                      directory / REPLACED_INDEX_NAME) as replaced:
         if layout.is_media:
@@ -159,20 +168,19 @@ def _write_listing(items: Iterable[RawFile | Reject], skip: Callable[[str], bool
     return digest.hexdigest(), count
 
 
-def _media_units(layout: Layout, source: PlanInput, skip: Callable[[str], bool] | None,
+def _media_units(layout: Layout, items: Iterable[RawFile | Reject], skip: Callable[[str], bool] | None,
                  keys: KeyAssigner) -> Iterator[Unit]:
-    units = group_records(source.items(), layout, keys)
+    units = group_records(items, layout, keys)
     # dataprep's own output, reached through a symlink, is never an input (its keys are taken all the same)
     return units if skip is None else (unit for unit in units if not skip(unit.source))
 
 
-def _file_units(options: PlanOptions, layout: Layout, source: PlanInput, skip: Callable[[str], bool] | None,
-                keys: KeyAssigner) -> Iterator[Unit]:
-    items: Iterable[RawFile | Reject] = source.items()
+def _file_units(options: PlanOptions, layout: Layout, items: Iterable[RawFile | Reject], single_file: bool,
+                skip: Callable[[str], bool] | None, keys: KeyAssigner) -> Iterator[Unit]:
     if skip is not None:
         items = (item for item in items if not skip(item.source if isinstance(item, Reject) else item.rel))
     return file_units(items, layout, options.text_unit, part_bytes_for(options.range_bytes, MAX_PART_BYTES),
-                      single=source.single_file, keys=keys)
+                      single=single_file, keys=keys)
 
 
 def _spill(units: Iterable[Unit], spilled: PickleSpill, source: PlanInput, *, check_label: bool) -> set[str]:

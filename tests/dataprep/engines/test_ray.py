@@ -17,14 +17,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from dataprep.plan.checkpoint import load_checkpoint
+from dataprep.errors import FormatError
 from dataprep.formats.manifest import read_manifest
-from tests.dataprep.helpers import (REPO, STATE_DIR, assert_same_output, crash_on, numbered_images, read_rejects,
-                                    shard_cli)
+from dataprep.plan.checkpoint import Checkpoint, load_checkpoint
+from tests.dataprep.helpers import (REPO, STATE_DIR, assert_accounted, assert_same_output, crash_on, kill_when,
+                                    numbered_images, read_output, read_rejects, shard_cli, table_tree)
 from tests.samples import wait_until
 
 ray = pytest.importorskip("ray")
@@ -296,22 +298,59 @@ def test_a_killed_driver_resumes_from_the_ranges_completed(cluster, tmp_path):
     _assert_same_output(local, on_ray)
 
 
-def test_resuming_with_the_other_engine_is_refused(cluster, tmp_path, capsys):
-    """A run stopped with --engine ray is resumed with it (and the reverse): never mixed up."""
-    raw = _text_with_repeats(tmp_path / "raw")
+# A table of several ranges, a few shards each: a kill lands inside a range.
+CROSS = ("--dedup-on", "url", "--required", "id", "--range-size", "6KiB", "--samples-per-shard", "30", "--no-progress")
+
+
+def _checkpoint_holds(out: Path, test: Callable[[Checkpoint], bool]) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            checkpoint = load_checkpoint(out)
+        except FormatError:  # the state folder removed as the run ends
+            return False
+        return checkpoint is not None and test(checkpoint)
+    return ready
+
+
+def _cross_reference(cli, tmp_path: Path) -> tuple[Path, list, Path]:
+    """RAW (a table), its inputs, and the output of an uninterrupted run of it in one process."""
+    raw, ref = tmp_path / "raw", tmp_path / "ref"
+    inputs = table_tree(raw, rows=2000)
+    assert cli("shard", raw, ref, *CROSS, "--workers", "1").rc == 0
+    return raw, inputs, ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["4", "1"])
+def test_a_local_run_killed_by_kill9_finishes_on_ray(cluster, cli, tmp_path, workers):
+    """Killed inside a range (writer processes: ranges left open; one process: the range it was in), then finished
+    with --engine ray: the ranges completed are kept, the bytes are those of an uninterrupted run."""
+    raw, inputs, ref = _cross_reference(cli, tmp_path)
     out = tmp_path / "out"
-    options = ["--text-unit", "line", "--range-size", "300B"]
-    # Stops before the manifest:
-    assert shard_cli(raw, out, *options, "--engine", "ray", "--max-reject-fraction", "0.01") == 1
-    assert shard_cli(raw, out, *options, "--max-reject-fraction", "1") == 2
-    assert "started with --engine ray" in capsys.readouterr().err
-    assert shard_cli(raw, out, *options, "--engine", "ray") == 0
-    other = tmp_path / "other"
-    assert shard_cli(raw, other, *options, "--max-reject-fraction", "0.01") == 1
-    checkpoint = load_checkpoint(other)
-    assert checkpoint is not None and checkpoint.shards
-    assert shard_cli(raw, other, *options, "--engine", "ray") == 2
-    assert "started with --engine local" in capsys.readouterr().err
+    begun = _checkpoint_holds(out, lambda c: len(c.shards) >= 3 and (c.range >= 1 or bool(c.ranges_done)))
+    assert kill_when(["shard", raw, out, *CROSS, "--workers", workers], tmp_path, begun), "the run ended first"
+    before = load_checkpoint(out)
+    assert before is not None and (before.is_started or before.open_ranges)
+    kept = before.whole_ranges()
+    assert kept.ranges_done
+    stamps = {s.name: (out / s.name).stat().st_mtime_ns for s in kept.shards}
+    assert cli("shard", raw, out, *CROSS, "--engine", "ray").rc == 0
+    assert {name: (out / name).stat().st_mtime_ns for name in stamps} == stamps  # not written again
+    assert_same_output(out, ref, drop_manifest_keys=("command",))
+    assert_accounted(read_output(out), inputs)
+
+
+@pytest.mark.slow
+def test_a_ray_run_killed_by_kill9_finishes_on_writer_processes(cluster, cli, tmp_path):
+    address, _ = cluster
+    raw, inputs, ref = _cross_reference(cli, tmp_path)
+    out = tmp_path / "out"
+    a_range_is_done = _checkpoint_holds(out, lambda c: bool(c.ranges_done))
+    assert kill_when(["shard", raw, out, *CROSS, "--engine", "ray", "--address", address], tmp_path,
+                     a_range_is_done), "the run ended first"
+    assert cli("shard", raw, out, *CROSS, "--workers", "4").rc == 0
+    assert_same_output(out, ref, drop_manifest_keys=("command",))
+    assert_accounted(read_output(out), inputs)
 
 
 def test_a_node_that_cannot_see_out_is_refused(cluster, tmp_path):

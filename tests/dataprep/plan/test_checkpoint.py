@@ -1,5 +1,6 @@
-"""The checkpoint document (``dataprep.plan.checkpoint``): version 3 with ``mode`` and the open ranges of writer
-processes, version 2 still read; the places of ranges recorded and completed; the automatic range size."""
+"""The checkpoint document (``dataprep.plan.checkpoint``): version 4, one document every engine resumes (a run
+in one process or of whole ranges, the open ranges of writer processes), versions 3 and 2 still read, others
+refused; the places of ranges recorded and completed; the automatic range size."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from dataprep.errors import FormatError
 from dataprep.formats.manifest import ShardInfo, Totals
-from dataprep.plan.checkpoint import (MODE_RANGES, MODE_RAY, MODE_SEQUENTIAL, Checkpoint, load_checkpoint,
+from dataprep.plan.checkpoint import (MODE_RANGES, MODE_SEQUENTIAL, Checkpoint, load_checkpoint,
                                       save_checkpoint)
 from dataprep.plan.range_size import (AUTO_RANGES, MAX_AUTO_RANGE_BYTES, MIN_AUTO_RANGE_BYTES, auto_range_count,
                                       even_range_starts_of_chunks)
@@ -41,7 +42,44 @@ def test_open_ranges_then_done_ranges_keep_every_completed_shard_once(tmp_path):
     assert done.totals == _place(0, 4).totals and done.with_range_done(0, Totals(), ()) is done
     save_checkpoint(LocalStore(tmp_path), done)
     assert load_checkpoint(tmp_path) == done
-    assert not done.is_started  # a run of writer processes is not the sequential loop's: Ray refuses it
+    assert not done.is_started  # a run of writer processes is not the sequential loop's
+    whole = done.whole_ranges()  # as Ray resumes it: the open range 2 dropped, its shards no longer kept
+    assert whole.ranges_done == (0,) and not whole.open_ranges and whole.shards == _place(0, 4).shards
+
+
+def test_a_run_in_one_process_resumes_as_whole_ranges_from_where_its_range_began(tmp_path):
+    start = Checkpoint(range=2, position=20, records_done=40, rejects_bytes=120, totals=Totals(40, 30, 10, {"x": 10}),
+                       shards=(_shard(0, 0), _shard(1, 0)))
+    run = Checkpoint(range=2, next_shard=1, position=23, skip=4, records_done=47, rejects_bytes=150,
+                     totals=Totals(47, 36, 11, {"x": 11}), shards=(*start.shards, _shard(2, 0)), mode=MODE_SEQUENTIAL,
+                     range_start=start)
+    whole = run.whole_ranges()
+    assert whole.mode == MODE_RANGES and whole.ranges_done == (0, 1) and whole.totals == start.totals
+    assert whole.shards == start.shards and not whole.open_ranges and not whole.is_started
+    save_checkpoint(LocalStore(tmp_path), run)
+    assert load_checkpoint(tmp_path) == run  # its range's start kept as the count of its shards
+
+
+def _write_doc(tmp_path, doc: dict) -> None:
+    (tmp_path / ".dataprep").mkdir(exist_ok=True)
+    (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
+
+
+def test_a_version_3_document_resumes_or_is_refused_saying_what_to_do(tmp_path):
+    """Version 3's runs of Ray tasks are runs of whole ranges; its runs in one process resume in one process."""
+    doc = json.loads(Checkpoint(ranges_done=(0, 3), mode=MODE_RANGES).to_bytes())
+    doc.pop("range_start")
+    _write_doc(tmp_path, {**doc, "version": 3, "mode": "ray"})
+    read = load_checkpoint(tmp_path)
+    assert read is not None and read.mode == MODE_RANGES and read.ranges_done == (0, 3)
+    assert read.whole_ranges() == read
+    doc = json.loads(Checkpoint(range=1, next_shard=2, position=7, records_done=9).to_bytes())
+    doc.pop("range_start")
+    _write_doc(tmp_path, {**doc, "version": 3, "mode": MODE_SEQUENTIAL})
+    read = load_checkpoint(tmp_path)
+    assert read is not None and read.is_started and read.range_start is None
+    with pytest.raises(FormatError, match=r"version 3.*range 1.*--engine local --workers 1, or pass --overwrite"):
+        read.whole_ranges()
 
 
 def test_a_version_2_document_is_read_as_the_engine_that_wrote_it(tmp_path):
@@ -56,10 +94,11 @@ def test_a_version_2_document_is_read_as_the_engine_that_wrote_it(tmp_path):
     doc["ranges_done"] = [0, 3]
     (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
     read = load_checkpoint(tmp_path)
-    assert read is not None and read.mode == MODE_RAY and read.ranges_done == (0, 3)
+    assert read is not None and read.mode == MODE_RANGES and read.ranges_done == (0, 3)
     doc["version"] = 9
     (tmp_path / ".dataprep" / "checkpoint.json").write_text(json.dumps(doc))
-    with pytest.raises(FormatError, match="version 9"):
+    with pytest.raises(FormatError, match=r"version 9, but this dataprep reads versions 2, 3, 4: finish the run with "
+                                          r"the dataprep that started it, or pass --overwrite"):
         load_checkpoint(tmp_path)
 
 

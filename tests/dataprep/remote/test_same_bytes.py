@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dataprep.synthetic import SyntheticReport
-from tests.dataprep.helpers import assert_same_output
+from tests.dataprep.helpers import assert_same_output, image_tree
 from tests.dataprep.remote.bucket_files import download, keys, open_uploads
 from tools.common.fault_proxy import FaultProxy
 from tests.remote.fixtures import S3Server
@@ -56,3 +56,19 @@ def test_the_manifest_is_the_last_object_written_after_a_listing(cli, synthetic:
     assert any(max(output_writes) < at < manifest_at[0] for at in listed)
     deletes = [at for at, (method, _, query) in enumerate(log) if method == "DELETE" or "delete" in query]
     assert any(at > manifest_at[0] for at in deletes), "the state folder is removed after the manifest"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_run_without_rejects_publishes_an_empty_rejects_file(cli, s3_env: str, s3_server: S3Server, bucket: str,
+                                                               tmp_path: Path, workers: str) -> None:
+    """A clean input (nothing rejected) to object storage: OUT holds the local run's files, an empty rejects file
+    among them (a rejects file that no reject ever synced was once never uploaded, and the run failed at its end)."""
+    raw, local = tmp_path / "raw", tmp_path / "local"
+    image_tree(raw, {"cat": 4, "dog": 3})
+    options = ["--samples-per-shard", "3", "--workers", workers]
+    assert cli("shard", raw, local, *options).rc == 0
+    res = cli("shard", raw, f"s3://{bucket}/clean{workers}", *options, "--staging", tmp_path / "staging")
+    assert res.rc == 0, res.text
+    got = download(s3_server.endpoint, bucket, f"clean{workers}", tmp_path / "got")
+    assert (got / "rejects.jsonl").read_bytes() == b""
+    assert_same_output(got, local, drop_manifest_keys=("command",))
