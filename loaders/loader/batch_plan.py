@@ -38,7 +38,7 @@ from loaders.state_keys import KEY_BATCH_SIZE, KEY_EPOCH, KEY_WORLD_SIZE
 from loaders.loader.progress import KEY_AHEAD, KEY_PLAN, KEY_BATCH_POSITION, Where, expect
 from loaders.loader.stage import Position
 from loaders.read.order import epoch_order
-from loaders.read.sample_grid import order_digest
+from loaders.read.grid import order_digest
 from loaders.read.sampler import SampleBatch, ShardSampler
 from loaders.read.topology import Topology
 
@@ -228,7 +228,7 @@ class BatchPlan:
 
     def order_digest(self, start: int, stop: int, epoch: int | None = None) -> str:
         """sha256 (hex) of which samples positions ``[start, stop)`` of ``epoch``'s order of every rank hold
-        (``loaders.read.sample_grid.order_digest``), when the loader draws the order itself (a ShardSampler
+        (``loaders.read.grid.order_digest``), when the loader draws the order itself (a ShardSampler
         of its own, or the sequential order); ConfigError for a sampler the user gave."""
         epoch = self._owner.where().epoch if epoch is None else epoch
         if self.owned and isinstance(self.sampler, ShardSampler):

@@ -15,10 +15,13 @@ holds how many were handed over. A source owns the meaning of those positions:
   on 2); it refuses a state it cannot honour (ConfigError naming what differs);
 - ``load_state_dict(nest)`` takes its nest once the loader has accepted the state.
 
-Sources today: ``BatchPlan`` (the sampler or batch sampler cut into batches, key "plan")
-and ``IterableSource`` (an IterableDataset's own order). A dataset supplies its own source
-with a ``batch_source(request)`` method (``SourceRequest``), used when the user gives no
-sampler or batch sampler: ``make_source`` chooses.
+Sources today: ``BatchPlan`` (the sampler or batch sampler cut into batches, key "plan"),
+``IterableSource`` (an IterableDataset's own order) and ``GlobalSource``
+(``loaders.loader.global_source``: a dataset read by global position). A dataset supplies its
+own with a ``batch_source(request)`` method (``SourceRequest``), used when the user gives no
+sampler or batch sampler: it returns a ``BatchSource``, or a ``PositionedData`` (what its global
+positions index: a sample dataset's order, a token stream), which the loader reads through
+``GlobalSource``. The dataset hooks the loader reads are declared in ``DatasetHooks``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from loaders.errors import ConfigError
 from loaders.loader.progress import KEY_AHEAD, KEY_PLAN, KEY_BATCH_POSITION, Where, expect
 from loaders.loader.stage import Position, Stage
 
-__all__ = ["BatchSource", "IterableSource", "Job", "SourceRequest", "ahead_positions", "length_or_none", "state_count"]
+__all__ = ["DATASET_HOOKS", "BatchSource", "DatasetHooks", "IterableSource", "Job", "SourceRequest", "ahead_positions",
+           "length_or_none", "state_count"]
 
 KEY_SAMPLER = "sampler"
 
@@ -80,6 +84,44 @@ class SourceRequest:
     shuffle: bool
     seed: int
     owner: Position  # the loader's Progress, as the source reads it when it writes its state
+
+
+class DatasetHooks(Protocol):
+    """What ``loaders.DataLoader`` reads of a map-style dataset beyond ``__getitem__`` / ``__len__``: every hook is
+    optional, read by name where it is used (``DATASET_HOOKS``), and declared here, in one place.
+
+    ``loaders.ShardDataset``, ``ParquetShardDataset``, ``TokenDataset`` and ``Mixture`` declare the ones they need.
+    """
+
+    topology: Any  # a ``loaders.read.topology.Topology``: the rank and world size it is read on (else detected)
+    releases_gil: bool  # its per-sample work runs without the GIL: thread workers (``worker_choice``)
+    light_items: bool  # an item costs less than pickling it out of a process: thread workers at any count
+    can_defer_decode: bool  # its JPEGs may decode on the device (``loaders.batch_decode``)
+    epoch: int  # the epoch its plain int indices read (what a worker's copy is checked against)
+
+    def batch_source(self, request: SourceRequest) -> Any:
+        """Its own batches given no sampler: a ``BatchSource``, or a ``PositionedData`` read by global position."""
+        ...
+
+    def default_sampler(self, shuffle: bool, seed: int, drop_last: bool) -> Any:
+        """The sampler the loader uses given none (seeded, distributed, resumable)."""
+        ...
+
+    def default_collate_fn(self, samples: list[Any]) -> Any:
+        """Its batches' collate when the user gives none (with batching)."""
+        ...
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch it is read in, called where its samples are read (``loaders.loader.epoch_sync``)."""
+        ...
+
+    def __getitems__(self, indices: Sequence[Any]) -> list[Any]:
+        """A batch's samples in one call (torch's protocol)."""
+        ...
+
+
+DATASET_HOOKS = ("topology", "releases_gil", "light_items", "can_defer_decode", "epoch", "batch_source",
+                 "default_sampler", "default_collate_fn", "set_epoch", "__getitems__")
 
 
 def length_or_none(sized: Any) -> int | None:

@@ -13,17 +13,17 @@ batch source's ``state_dict``). The rules of passes live here too, in one place:
   the last batch of e it leaves nothing of e; otherwise it starts e from its first batch;
 - ``restore``: the next pass continues the saved epoch from the saved position.
 
-The loader's state (version 3) is a small nest under the ``KEY_*`` names::
+The loader's state (version 4) is a small nest under the ``KEY_*`` names::
 
-    {"version": 3, "epoch": 3, "position": 17, "ahead": [],
+    {"version": 4, "epoch": 3, "position": 17, "ahead": [],
      "seed": 11, "batch_size": 32, "dataset_len": 50000,
      "failures": {"epoch": 3, "skipped": 0},
      "accounting": {"samples_seen": 10112, "completed_epoch": None},
      "plan": {"sampler": None, "world_size": 8}}
 
 where the last key is the batch source's (``loaders.loader.batch_source``): its ``key``,
-its ``state_dict()`` (``"samples"`` for a sample dataset read by global position, version 3;
-version 2 states, read too, held that dataset's per-rank positions under ``"plan"``).
+its ``state_dict()`` (``"samples"`` or ``"tokens"`` for a dataset read by global position,
+``loaders.loader.global_source``, which reads the older shapes of versions 3 and 2).
 ``check_state`` refuses a state this loader cannot honour.
 """
 
@@ -65,8 +65,8 @@ __all__ = [
     "expect",
 ]
 
-LOADER_STATE_VERSION = 3  # 3: a sample dataset's global position under "samples" (2: its per-rank batches under "plan")
-READABLE_STATE_VERSIONS = (2, 3)  # a version-2 state is read (a batch source may translate it: ``upgrade_state``)
+LOADER_STATE_VERSION = 4  # 4: one global-position document for samples and tokens (3: two shapes; 2: "plan")
+READABLE_STATE_VERSIONS = (2, 3, 4)  # older states are read (a batch source may translate them: ``upgrade_state``)
 KEY_BATCH_POSITION = "position"  # batches 0..position-1 of the epoch all handed to the training loop
 KEY_AHEAD = "ahead"  # positions handed over past that prefix (in_order=False)
 KEY_DATASET_LEN = "dataset_len"

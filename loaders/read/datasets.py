@@ -42,7 +42,8 @@ from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
 from loaders.read.parquet_meta import row_groups
 from loaders.read.read_plan import working_set_bytes
-from loaders.read.sample_grid import GridIndex, SampleGrid, data_identity
+from loaders.read.grid import GlobalGrid, GridIndex, data_identity
+from loaders.read.sample_positions import SampleOrder
 from loaders.read.sampler import SampleIndex, ShardSampler
 from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
@@ -168,6 +169,12 @@ class _Keyed(abc.ABC):
         self.files.set_plan(sampler.read_plan, self.shard_starts, sampler.topology)
         return sampler
 
+    def batch_source(self, request: Any) -> SampleOrder:
+        """What ``loaders.DataLoader`` reads this dataset by, given no sampler: its ``default_sampler``'s order by
+        global position (``loaders.read.sample_positions``; ``request``: the loader's ``SourceRequest``)."""
+        sampler = self.default_sampler(shuffle=request.shuffle, seed=request.seed, drop_last=request.drop_last)
+        return SampleOrder.of(sampler, self.data_identity)
+
     @property
     def __getitems__(self) -> Callable[[Sequence[int | SampleIndex | GridIndex]], list[Sample]]:
         """A batch read at once (only through the node cache: it holds one lease per shard for the batch).
@@ -181,7 +188,7 @@ class _Keyed(abc.ABC):
 
     def _read_batch(self, items: Sequence[int | SampleIndex | GridIndex]) -> list[Sample]:
         epoch = self._resolve(items[0])[1] if len(items) else self.epoch
-        grid: SampleGrid | None = items[0].grid if len(items) and isinstance(items[0], GridIndex) else None
+        grid: GlobalGrid | None = items[0].grid if len(items) and isinstance(items[0], GridIndex) else None
         with self.files.batch(epoch, grid):
             return [self[item] for item in items]
 

@@ -3,7 +3,7 @@
 A ``ReadPlan`` holds what draws a rank's samples (the parameters of ``ShardSampler``:
 num_samples, seed, mode, block_size, drop_last, world_size). ``shard_uses`` maps each
 rank's samples of an epoch (``DistributedSampler``'s split of the order, or, read by global
-position, the rows of a ``SampleGrid``: any batch size, world size and resume point) to
+position, the rows of a ``GlobalGrid``: any batch size, world size and resume point) to
 the shards holding them and drops consecutive repeats: the
 shard-use sequence the node cache plans from (``loaders.cache.ShardCache.plan``), one
 stream per rank (``stream_name``). ``node_ranks`` lists the ranks sharing this node (torchrun
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loaders.read.order import OrderMode, epoch_order, rank_indices
-from loaders.read.sample_grid import SampleGrid
+from loaders.read.grid import GlobalGrid
 from loaders.read.topology import Topology
 
 __all__ = ["ReadPlan", "node_ranks", "shard_uses", "stream_name", "stream_rank", "working_set_bytes"]
@@ -60,7 +60,7 @@ def node_ranks(topology: Topology) -> range:
 
 
 def shard_uses(plan: ReadPlan, shard_starts: np.ndarray, epoch: int, ranks: Iterable[int],
-               grid: SampleGrid | None = None) -> dict[int, np.ndarray]:
+               grid: GlobalGrid | None = None) -> dict[int, np.ndarray]:
     """Per rank, the shards it opens during ``epoch`` in order (int64 shard numbers, consecutive repeats dropped).
 
     ``shard_starts``: int64 [num_shards + 1], each shard's first sample, then the total

@@ -3,11 +3,12 @@
 The stateful shell around ``loaders.read.order``: it remembers the epoch and how many samples
 the training loop has consumed, and yields this rank's ``SampleIndex`` values from there.
 
-Resume state (version 1, keys are the module constants below)::
+Resume state (version 2, keys are the module constants below)::
 
-    {"version": 1, "epoch": 3, "position": 1280, "seed": 0, "num_samples": 50000, "world_size": 8}
+    {"version": 2, "epoch": 3, "sample_position": 1280, "seed": 0, "num_samples": 50000, "world_size": 8}
 
-``position`` counts samples *consumed* this epoch on this rank, as reported through
+``sample_position`` counts samples *consumed* this epoch on this rank (version 1, read too,
+called it ``"position"``, which in the loader's state counts batches), as reported through
 ``advance()`` by whoever iterates the sampler directly, so samples prefetched but never
 seen are read again after a resume. ``loaders.DataLoader`` does not need it: it reads
 the rank's order for an epoch (``indices``) and owns the position itself.
@@ -21,17 +22,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch.utils.data
 
-from loaders.state_keys import KEY_EPOCH, KEY_SEED, KEY_VERSION, KEY_WORLD_SIZE
+from loaders.state_keys import KEY_EPOCH, KEY_NUM_SAMPLES, KEY_SEED, KEY_VERSION, KEY_WORLD_SIZE
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
 from loaders.read.read_plan import ReadPlan
-from loaders.read.sample_grid import GridIndex, SampleGrid
+from loaders.read.grid import GridIndex, GlobalGrid
 from loaders.read.topology import Topology
 from loaders.validate import check_bool, check_int
 
-SAMPLER_STATE_VERSION = 1
-KEY_SAMPLE_POSITION = "position"
-KEY_NUM_SAMPLES = "num_samples"
+SAMPLER_STATE_VERSION = 2  # 2: "sample_position" (1: "position")
+KEY_SAMPLE_POSITION = "sample_position"
+_V1_POSITION = "position"
 
 # Indices are turned into Python ints a chunk at a time: one big tolist() of a 10^7-sample
 # epoch would allocate ~300 MB of int objects before the first sample is yielded.
@@ -62,7 +63,7 @@ class SampleBatch(Sequence[Any]):
     __slots__ = ("epoch", "grid", "indices", "plain")
 
     def __init__(self, indices: np.ndarray, epoch: int, *, plain: bool = False,
-                 grid: SampleGrid | None = None) -> None:
+                 grid: GlobalGrid | None = None) -> None:
         self.indices = indices
         self.epoch = epoch
         self.plain = plain
@@ -249,12 +250,16 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         """
         if not isinstance(state, Mapping):
             raise ConfigError(f"sampler state must be a mapping (got {type(state).__name__})")
+        if state.get(KEY_VERSION) == 1 and _V1_POSITION in state:  # the previous version's name of the position
+            kept = {k: v for k, v in state.items() if k != _V1_POSITION}
+            state = {**kept, KEY_VERSION: SAMPLER_STATE_VERSION, KEY_SAMPLE_POSITION: state[_V1_POSITION]}
         missing = [k for k in (KEY_VERSION, KEY_EPOCH, KEY_SAMPLE_POSITION, KEY_SEED, KEY_NUM_SAMPLES, KEY_WORLD_SIZE)
                    if k not in state]
         if missing:
             raise ConfigError(f"sampler state lacks {', '.join(map(repr, missing))} (got keys {sorted(state)})")
         if state[KEY_VERSION] != SAMPLER_STATE_VERSION:
-            raise ConfigError(f"sampler state version: expected {SAMPLER_STATE_VERSION}, got {state[KEY_VERSION]!r}")
+            raise ConfigError(f"sampler state version: expected {SAMPLER_STATE_VERSION} (or 1), got "
+                              f"{state[KEY_VERSION]!r}; hint: resume with the loaders version that saved it")
         expected = {KEY_SEED: self._seed, KEY_NUM_SAMPLES: self._num_samples,
                     KEY_WORLD_SIZE: self._topology.world_size}
         for key, value in expected.items():
@@ -266,7 +271,7 @@ class ShardSampler(torch.utils.data.Sampler[SampleIndex]):
         epoch = check_int(KEY_EPOCH, state[KEY_EPOCH], 0)
         position = check_int(KEY_SAMPLE_POSITION, state[KEY_SAMPLE_POSITION], 0)
         if position > self._len:
-            raise ConfigError(f"sampler state 'position': expected at most {self._len} (samples per rank), "
-                              f"got {position}")
+            raise ConfigError(f"sampler state {KEY_SAMPLE_POSITION!r}: expected at most {self._len} (samples per "
+                              f"rank), got {position}")
         self._epoch, self._position = epoch, position
         self._resume = (epoch, position)

@@ -6,7 +6,7 @@
   ``read_sidecar(name, parse)``, a small object read whole and parsed; ``check_shard(info)``;
 - ``pread(name, size, offset)`` and ``local_path(name)``: a shard's bytes, inside
   ``batch(epoch, grid)``, the span of one batch's reads (``grid``: the epoch is read by
-  global position on it, ``loaders.read.sample_grid``);
+  global position on it, ``loaders.read.grid``);
 - ``tail(name, size, nbytes)``: a shard's last bytes (a Parquet footer) without downloading the shard;
 - ``set_plan(plan, shard_starts, topology)``: how every rank's samples are drawn, once the sampler is known.
 
@@ -40,7 +40,7 @@ from dataprep.remote import RemoteError, is_remote_url
 from loaders.cache import CacheConfig, Lease, ShardCache
 from loaders.errors import ConfigError, ShardError
 from loaders.read.read_plan import ReadPlan, node_ranks, shard_uses, stream_name, stream_rank
-from loaders.read.sample_grid import SampleGrid
+from loaders.read.grid import GlobalGrid
 from loaders.read.topology import Topology
 
 __all__ = ["CachedShardFiles", "LocalShardFiles", "ShardFiles", "cache_config", "open_shard_files"]
@@ -63,7 +63,7 @@ class ShardFiles(Protocol):
     def pread(self, name: str, size: int, offset: int) -> bytes: ...
     def local_path(self, name: str) -> Path: ...
     def tail(self, name: str, size: int, nbytes: int) -> bytes: ...
-    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Any: ...
+    def batch(self, epoch: int, grid: GlobalGrid | None = None) -> Any: ...
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None: ...
     def close(self) -> None: ...
 
@@ -154,7 +154,7 @@ class LocalShardFiles:
             return os.pread(f.fileno(), nbytes, size - nbytes)
 
     @contextmanager
-    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Iterator[None]:
+    def batch(self, epoch: int, grid: GlobalGrid | None = None) -> Iterator[None]:
         yield
 
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
@@ -211,7 +211,7 @@ class CachedShardFiles:
         self._dataset = cache.catalog.identity[:12]  # streams of two datasets sharing a folder stay apart
         self._reader = _Reader()
         self._plan_lock = threading.Lock()
-        self._grids: dict[int, SampleGrid | None] = {}  # the grid each epoch was planned with, in this process
+        self._grids: dict[int, GlobalGrid | None] = {}  # the grid each epoch was planned with, in this process
 
     @property
     def where(self) -> str:
@@ -258,7 +258,7 @@ class CachedShardFiles:
             raise ShardError(f"{self.describe(name)}: cannot read its last {nbytes} bytes: {err}") from err
 
     @contextmanager
-    def batch(self, epoch: int, grid: SampleGrid | None = None) -> Iterator[None]:
+    def batch(self, epoch: int, grid: GlobalGrid | None = None) -> Iterator[None]:
         """The reads of one batch of ``epoch`` (nested calls join the outer one); the lease ends with it.
 
         grid: the epoch is read by global position on it (else by ``DistributedSampler``'s split)."""
@@ -297,7 +297,7 @@ class CachedShardFiles:
         reader.lease = lease
         return lease
 
-    def _ensure_planned(self, epoch: int, grid: SampleGrid | None) -> None:
+    def _ensure_planned(self, epoch: int, grid: GlobalGrid | None) -> None:
         """Plan ``epoch`` (on ``grid``) and the next one (from its start) for every rank of the node, once per
         process and grid."""
         if self._plan is None or self._shard_starts is None:
@@ -315,7 +315,7 @@ class CachedShardFiles:
                                     for r, shards in uses.items()})
                 self._grids[e] = on
 
-    def _unplanned(self, wanted: dict[int, SampleGrid | None]) -> dict[int, SampleGrid | None]:
+    def _unplanned(self, wanted: dict[int, GlobalGrid | None]) -> dict[int, GlobalGrid | None]:
         planned = self.cache.planned_epochs
         return {e: g for e, g in wanted.items() if e not in planned or e not in self._grids or self._grids[e] != g}
 

@@ -1,19 +1,19 @@
 """Where this process sits in a job: rank, world size, local rank, DataLoader worker, CPU budget.
 
-The one module that reads ``torch.distributed``, torchrun's environment variables
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), the CPU affinity mask
-and the cgroup CPU quota. Everything downstream takes a ``Topology`` value instead.
+The one module that reads ``torch.distributed`` and torchrun's environment variables
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``). Everything downstream takes a
+``Topology`` value instead. The CPU budget is ``cpus_available`` (``dataprep.cpus``: the affinity
+mask capped by the cgroup quota, the one count dataprep's ``--workers`` uses too).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from dataprep.cpus import cpus_available
 from loaders.errors import ConfigError
 from loaders.validate import check_int
 
@@ -21,10 +21,6 @@ ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
 ENV_LOCAL_RANK = "LOCAL_RANK"
 ENV_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
-
-# Module constants so tests can point them at fake files.
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 
 
 @dataclass(frozen=True)
@@ -138,79 +134,6 @@ def current_worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return info.id, info.num_workers
-
-
-def cpus_available() -> int:
-    """CPU cores this process may use: the affinity mask, capped by a cgroup CPU quota.
-
-    A container limited with ``--cpus=2`` on a 64-core host still sees 64 cores in its
-    affinity mask; only the quota tells the truth. A fractional quota rounds up (1.5 CPUs
-    can keep 2 threads partly busy). Always >= 1.
-    """
-    if hasattr(os, "sched_getaffinity"):
-        cpus = len(os.sched_getaffinity(0))
-    else:
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        cpus = min(cpus, quota)
-    return max(1, cpus)
-
-
-def _cgroup_cpu_quota() -> int | None:
-    """The tightest cgroup CPU quota on this process's cgroup path, rounded up, or None.
-
-    cgroup v2: ``cpu.max`` ("max 100000" or "<quota_us> <period_us>") in the process's
-    cgroup and each ancestor up to the root; v1: ``cpu/cpu.cfs_quota_us`` and
-    ``cpu.cfs_period_us`` (quota -1 means none).
-    """
-    limits = [limit for path in _cgroup_v2_dirs() if (limit := _read_quota(path / "cpu.max")) is not None]
-    v1 = CGROUP_ROOT / "cpu"
-    v1_quota = _read_ints(v1 / "cpu.cfs_quota_us")
-    v1_period = _read_ints(v1 / "cpu.cfs_period_us")
-    if v1_quota and v1_period and v1_quota[0] > 0 and v1_period[0] > 0:
-        limits.append(math.ceil(v1_quota[0] / v1_period[0]))
-    return min(limits) if limits else None
-
-
-def _cgroup_v2_dirs() -> list[Path]:
-    """The process's cgroup v2 directory and its ancestors, deepest first, root last."""
-    relative = ""
-    try:
-        for line in PROC_SELF_CGROUP.read_text().splitlines():
-            if line.startswith("0::"):
-                relative = line[3:].strip().strip("/")
-    except OSError:
-        relative = ""
-    dirs = [CGROUP_ROOT]
-    parts = [p for p in relative.split("/") if p and p != ".."]
-    for depth in range(1, len(parts) + 1):
-        dirs.append(CGROUP_ROOT.joinpath(*parts[:depth]))
-    return dirs[::-1]
-
-
-def _read_quota(path: Path) -> int | None:
-    """Quota in whole CPUs (rounded up) from a cgroup v2 ``cpu.max`` file, or None."""
-    try:
-        fields = path.read_text().split()
-    except OSError:
-        return None
-    if len(fields) != 2 or fields[0] == "max":
-        return None
-    try:
-        quota_us, period_us = int(fields[0]), int(fields[1])
-    except ValueError:
-        return None
-    if quota_us <= 0 or period_us <= 0:
-        return None
-    return math.ceil(quota_us / period_us)
-
-
-def _read_ints(path: Path) -> list[int] | None:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (OSError, ValueError):
-        return None
 
 
 def default_num_workers(topology: Topology | None = None) -> int:

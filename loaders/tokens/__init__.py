@@ -2,7 +2,7 @@
 
 ``TokenDataset`` (item k = packed sequence k of the epoch), ``Mixture`` (weighted sources,
 closed-form schedule), ``collate`` (adds ``cu_seqlens``), ``GridSampler`` and the pure
-distribution helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``); ``StreamIndex``
+grid helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``, from ``loaders.read.grid``); ``StreamIndex``
 (what samplers hand a dataset: sequence, epoch, a resumed mixture's ``ScheduleSegment``).
 ``loaders.DataLoader`` reads both datasets by global position (``loader_source``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
-from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
+from loaders.read.grid import GlobalGrid, GlobalPosition, GridStart, resume_grid
 from loaders.tokens.mixture import Exhaustion, Mixture
 from loaders.tokens.mixture_state import ScheduleSegment
 from loaders.tokens.sampler import GridSampler

@@ -33,9 +33,9 @@ from loaders.read.sampler import SampleIndex
 from loaders.read.topology import Topology
 from loaders.validate import check_int
 from loaders.tokens.collate import collate
-from loaders.tokens.digest import OrderDigest
-from loaders.tokens.distribution import GlobalGrid
-from loaders.tokens.loader_source import TokenSource
+from loaders.tokens.digest import token_digest
+from loaders.read.grid import GlobalPosition, resume_grid
+from loaders.tokens.loader_source import StreamPositions
 from loaders.tokens.mixture_state import ScheduleSegment, data_differences
 from loaders.tokens.packing import PackingPlan, DocumentSegments
 from loaders.tokens.permutation import epoch_permutation
@@ -131,7 +131,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
     def dropped_sequences(self, batch_size: int, world_size: int = 1) -> int:
         """Sequences of each epoch that no rank reads with a global batch of ``batch_size x world_size``: the
         epoch's last incomplete global batch (< B W). With ``tail_tokens``, all that an epoch never delivers."""
-        return GlobalGrid(self.num_sequences, batch_size, world_size).dropped
+        return resume_grid(GlobalPosition(0, 0), self.num_sequences, batch_size, world_size).grid.dropped
 
     def plan(self, epoch: int) -> PackingPlan:
         """The packing plan of ``epoch`` (built lazily, the last two kept)."""
@@ -184,7 +184,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
                      segment: ScheduleSegment | None = None) -> str:
         """sha256 (hex) of the segments sequences ``[start, stop)`` of ``epoch`` hold (``loaders.tokens.digest``)."""
         epoch = self.epoch if epoch is None else epoch
-        digest = OrderDigest()
+        digest = token_digest()
         for first in range(start, stop, _DIGEST_CHUNK):
             digest.update(self.digest_rows(first, min(first + _DIGEST_CHUNK, stop), epoch))
         return digest.hexdigest()
@@ -211,9 +211,10 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
             raise ConfigError(f"TokenDataset over {self.corpus.paths[0]}: not the data the state was saved with "
                               f"({'; '.join(diff)}); hint: a resume needs the same shards, seq_len, seed and tokenizer")
 
-    def batch_source(self, request: SourceRequest) -> TokenSource:
-        """The batch source ``loaders.DataLoader`` reads this dataset with (``loaders.tokens.loader_source``)."""
-        return TokenSource(self, request)
+    def batch_source(self, request: SourceRequest) -> StreamPositions:
+        """What ``loaders.DataLoader`` reads this dataset by, given no sampler: its sequences by global position
+        (``loaders.tokens.loader_source``)."""
+        return StreamPositions(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

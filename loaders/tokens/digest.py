@@ -12,38 +12,26 @@ the same data prove it by equal digests (``order_digest(start, stop, epoch)``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["DIGEST_VERSION", "ROW_FIELDS", "OrderDigest", "digest_rows"]
+from loaders.read.grid import OrderDigest
+
+__all__ = ["DIGEST_VERSION", "ROW_FIELDS", "digest_rows", "token_digest"]
 
 DIGEST_VERSION = b"shardfeed-order-digest-v1\n"
 ROW_FIELDS = ("source", "epoch", "document", "offset", "length")
 
 
-class OrderDigest:
-    """An incremental order digest: ``update(rows)`` with int64 [m, 5] rows, ``hexdigest()``."""
-
-    def __init__(self) -> None:
-        self._hash = hashlib.sha256(DIGEST_VERSION)
-        self.rows = 0
-
-    def update(self, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, dtype="<i8")
-        if rows.ndim != 2 or rows.shape[1] != len(ROW_FIELDS):
-            raise ValueError(f"digest rows must be int64 [m, {len(ROW_FIELDS)}] {ROW_FIELDS} (got {rows.shape})")
-        self._hash.update(rows.tobytes())
-        self.rows += rows.shape[0]
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+def token_digest() -> OrderDigest:
+    """The order digest of a token stream: the one ``OrderDigest``, over rows of ``ROW_FIELDS``."""
+    return OrderDigest(DIGEST_VERSION, ROW_FIELDS)
 
 
 def digest_rows(chunks: Iterable[np.ndarray]) -> str:
     """The hex sha256 of row chunks (each int64 [m, 5]) in order."""
-    digest = OrderDigest()
+    digest = token_digest()
     for rows in chunks:
         digest.update(rows)
     return digest.hexdigest()

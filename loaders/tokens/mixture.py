@@ -18,9 +18,9 @@ Epoch length N (``len()``; ``epoch_length(e)``):
 
 State (``stream_state(epoch, position, segment)``, plain values; keys are the module constants)::
 
-    {"version": 1, "epoch": 2, "position": 1500, "exhaustion": "stop", "num_sequences": 4000,
+    {"version": 2, "epoch": 2, "global_position": 1500, "exhaustion": "stop", "num_sequences": 4000,
      "weights": {"web": 0.7, "code": 0.3}, "cursors": {"web": 1050, "code": 450},
-     "segment": {"position": 0, "cursors": {"web": 0, "code": 0}},
+     "segment": {"start": 0, "cursors": {"web": 0, "code": 0}},
      "sources": {"web": {...TokenDataset.describe()}, "code": {...}}}
 
 ``segment`` is where the current weights took effect (the epoch's start, or a resume that
@@ -49,12 +49,12 @@ from loaders.read.topology import Topology
 from loaders.validate import check_int
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
-from loaders.tokens.digest import OrderDigest
-from loaders.tokens.loader_source import TokenSource
+from loaders.tokens.digest import token_digest
+from loaders.tokens.loader_source import StreamPositions
 from loaders.tokens.mixture_state import (KEY_CURSORS, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_SEGMENT,
-                                          KEY_SEQUENCE_POSITION,
-                                          KEY_SOURCES, KEY_WEIGHTS, MIXTURE_STATE_VERSION, ScheduleSegment, read_state)
-from loaders.state_keys import KEY_EPOCH, KEY_VERSION
+                                          KEY_SEGMENT_START, KEY_SOURCES, KEY_WEIGHTS, MIXTURE_STATE_VERSION,
+                                          ScheduleSegment, read_state)
+from loaders.state_keys import KEY_EPOCH, KEY_GLOBAL_POSITION, KEY_VERSION
 from loaders.tokens.schedule import ScheduleIndex, Shares
 from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields
@@ -228,7 +228,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
                      segment: ScheduleSegment | None = None) -> str:
         """sha256 (hex) of the (source, epoch, document, offset, length) segments of positions ``[start, stop)``."""
         epoch = self.epoch if epoch is None else epoch
-        digest = OrderDigest()
+        digest = token_digest()
         for position in range(start, stop):
             source, sample = self.source_item(position, epoch, segment)
             rows = self.sources[self.names[source]].digest_rows(sample.index, sample.index + 1, sample.epoch)
@@ -236,9 +236,10 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
             digest.update(rows)
         return digest.hexdigest()
 
-    def batch_source(self, request: SourceRequest) -> TokenSource:
-        """The batch source ``loaders.DataLoader`` reads this mixture with (``loaders.tokens.loader_source``)."""
-        return TokenSource(self, request)
+    def batch_source(self, request: SourceRequest) -> StreamPositions:
+        """What ``loaders.DataLoader`` reads this mixture by, given no sampler: its positions by global position
+        (``loaders.tokens.loader_source``)."""
+        return StreamPositions(self)
 
     # ------------------------------------------------------------------ state
 
@@ -249,11 +250,11 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         if not 0 <= sequence <= length:
             raise IndexError(f"position {sequence} outside [0, {length}] of mixture epoch {epoch}")
         return {
-            KEY_VERSION: MIXTURE_STATE_VERSION, KEY_EPOCH: int(epoch), KEY_SEQUENCE_POSITION: int(sequence),
+            KEY_VERSION: MIXTURE_STATE_VERSION, KEY_EPOCH: int(epoch), KEY_GLOBAL_POSITION: int(sequence),
             KEY_EXHAUSTION: self.exhaustion.value, KEY_NUM_SEQUENCES: self.num_sequences,
             KEY_WEIGHTS: dict(self.weights),
             KEY_CURSORS: dict(zip(self.names, self.cursors(sequence, epoch, segment))),
-            KEY_SEGMENT: {KEY_SEQUENCE_POSITION: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
+            KEY_SEGMENT: {KEY_SEGMENT_START: segment.start, KEY_CURSORS: dict(zip(self.names, segment.base))},
             KEY_SOURCES: {name: self.sources[name].describe() for name in self.names},
         }
 

@@ -20,25 +20,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from loaders.state_keys import KEY_EPOCH, KEY_VERSION
+from loaders.state_keys import KEY_EPOCH, KEY_GLOBAL_POSITION, KEY_VERSION
 from loaders.errors import ConfigError
 from loaders.tokens.schedule import Shares
 
 __all__ = [
-    "KEY_CURSORS", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_SEGMENT", "KEY_SEQUENCE_POSITION", "KEY_SOURCES",
+    "KEY_CURSORS", "KEY_EXHAUSTION", "KEY_NUM_SEQUENCES", "KEY_SEGMENT", "KEY_SEGMENT_START", "KEY_SOURCES",
     "KEY_WEIGHTS", "MIXTURE_STATE_KEYS", "MIXTURE_STATE_VERSION", "SavedMixture", "ScheduleSegment", "data_differences",
     "read_state",
 ]
 
-MIXTURE_STATE_VERSION = 1
-KEY_SEQUENCE_POSITION = "position"
+MIXTURE_STATE_VERSION = 2  # 2: "global_position" and the segment's "start" (1: both "position")
+KEY_SEGMENT_START = "start"  # in the segment: the position where its weights took effect
+_V1_POSITION = "position"
 KEY_EXHAUSTION = "exhaustion"
 KEY_NUM_SEQUENCES = "num_sequences"
 KEY_WEIGHTS = "weights"
 KEY_CURSORS = "cursors"
 KEY_SEGMENT = "segment"
 KEY_SOURCES = "sources"
-MIXTURE_STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_SEQUENCE_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS,
+MIXTURE_STATE_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_GLOBAL_POSITION, KEY_EXHAUSTION, KEY_NUM_SEQUENCES, KEY_WEIGHTS,
                       KEY_CURSORS, KEY_SEGMENT, KEY_SOURCES)
 
 
@@ -107,9 +108,24 @@ def _check_sources(saved: object, described: Mapping[str, Mapping[str, Any]]) ->
                               "hint: a resume needs the same shards, seq_len, seed and tokenizer")
 
 
+def _from_version_1(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A version-1 state (``"position"`` for both the positions consumed and the segment's start) in this
+    version's keys; any other as it is."""
+    if state.get(KEY_VERSION) != 1 or _V1_POSITION not in state:
+        return state
+    renamed = {key: value for key, value in state.items() if key != _V1_POSITION}
+    renamed.update({KEY_VERSION: MIXTURE_STATE_VERSION, KEY_GLOBAL_POSITION: state[_V1_POSITION]})
+    segment = state.get(KEY_SEGMENT)
+    if isinstance(segment, Mapping):
+        renamed[KEY_SEGMENT] = {KEY_SEGMENT_START: segment.get(_V1_POSITION), KEY_CURSORS: segment.get(KEY_CURSORS)}
+    return renamed
+
+
 def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tuple[int, ...], exhaustion: str,
                num_sequences: int | None, described: Mapping[str, Mapping[str, Any]]) -> SavedMixture:
-    """``state`` checked against the mixture (its names, source lengths, policy, cycle length, data)."""
+    """``state`` checked against the mixture (its names, source lengths, policy, cycle length, data); a state of
+    version 1 is read too."""
+    state = _from_version_1(state)
     missing = [key for key in MIXTURE_STATE_KEYS if key not in state]
     if missing or state.get(KEY_VERSION) != MIXTURE_STATE_VERSION:
         version = MIXTURE_STATE_VERSION
@@ -125,8 +141,8 @@ def read_state(state: Mapping[str, Any], *, names: tuple[str, ...], lengths: tup
     if not isinstance(segment, Mapping):
         raise ConfigError(f"mixture state: segment must be a mapping (got {segment!r})")
     base = _per_source("segment cursors", segment.get(KEY_CURSORS), names)
-    start = _non_negative("segment position", segment.get(KEY_SEQUENCE_POSITION))
-    position = _non_negative("position", state[KEY_SEQUENCE_POSITION])
+    start = _non_negative("segment start", segment.get(KEY_SEGMENT_START))
+    position = _non_negative("global_position", state[KEY_GLOBAL_POSITION])
     if start > position or any(b > c for b, c in zip(base, cursors)) or sum(cursors) - sum(base) != position - start:
         raise ConfigError(f"mixture state: cursors {cursors} at position {position} do not follow from the segment "
                           f"{base} at {start} (inconsistent state)")

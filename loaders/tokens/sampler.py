@@ -1,4 +1,4 @@
-"""``GridSampler``: this rank's rows of each global batch (``loaders.tokens.distribution``), as ``StreamIndex``.
+"""``GridSampler``: this rank's rows of each global batch (``loaders.read.grid``), as ``StreamIndex``.
 
 For any DataLoader over a ``TokenDataset`` or ``Mixture`` in a distributed job::
 
@@ -24,7 +24,7 @@ import torch.utils.data
 
 from loaders.read.topology import Topology
 from loaders.validate import check_int
-from loaders.tokens.distribution import GlobalGrid, GlobalPosition, GridStart, resume_grid
+from loaders.read.grid import GlobalPosition, GridStart, resume_grid
 from loaders.tokens.mixture_state import ScheduleSegment
 from loaders.tokens.stream import StreamIndex, TokenStream
 
@@ -52,13 +52,14 @@ class GridSampler(torch.utils.data.Sampler[StreamIndex]):
         if self.start is not None and self.start.epoch == self.epoch:
             length = self.dataset.epoch_length(self.epoch, self.segment)
             return resume_grid(self.start, length, self.batch_size, world_size)
-        return GridStart(self.epoch, GlobalGrid(self.dataset.epoch_length(self.epoch), self.batch_size, world_size), 0)
+        return resume_grid(GlobalPosition(self.epoch, 0), self.dataset.epoch_length(self.epoch), self.batch_size,
+                           world_size)
 
     def __iter__(self) -> Iterator[StreamIndex]:
         epoch, grid, first = self.plan()
         segment = self.segment if self.start is not None and self.start.epoch == epoch else None
         for batch in range(first, grid.num_batches):
-            for sequence in grid.rows(batch, self.topology.rank):
+            for sequence in grid.rows(batch, self.topology.rank).tolist():
                 yield StreamIndex(sequence, epoch, segment)
 
     def __len__(self) -> int:

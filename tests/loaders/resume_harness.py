@@ -8,17 +8,29 @@ yields exactly the items of the uninterrupted run.
 
 Typical stop points come from ``standard_stops``: the start, mid-epoch, both sides of
 the epoch boundary, just before the end and the end.
+
+``check_elastic_resume`` is the loader's contract for every dataset kind read by global
+position (``DatasetKind``: image tar, Parquet, token dataset, mixture): a job of W ranks x B
+rows stops mid-epoch or at the epoch's end, one rank's state goes through ``torch.save``, and a
+job of other workers, ranks or batch size resumes it: the rest of the epoch from the saved
+global position, nothing delivered twice, then the next epoch whole (torchdata's
+``run_test_save_load_state`` is the model).
 """
 
 from __future__ import annotations
 
+import io
 import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
+
+from loaders import DataLoader, Topology
 
 
 class Stateful(Protocol):
@@ -113,3 +125,97 @@ def _assert_same(expected: list[T], got: list[T], stops: list[int], same: Callab
         raise AssertionError(
             f"resumed run (stops {stops}) gave {len(got)} items, the uninterrupted run {len(expected)}"
         )
+
+
+# ---------------------------------------------------------------- the loader's contract, for every dataset kind
+
+Job = tuple[int, int, int, str]  # world size, rows per rank, workers per rank, worker type
+SEED = 11
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """A dataset kind under the resume contract, as a training job sees it.
+
+    make: the dataset as rank ``topology.rank`` of ``topology.world_size`` sees it. ids: the global
+    positions' names of a batch's rows, read in ``epoch`` (a sample's index, a sequence's number).
+    order: the epoch's positions' names in order, all ranks together. pads: the epoch's last
+    incomplete global batch is padded with the run's first positions (else it is dropped).
+    """
+
+    make: Callable[[Topology], Any]
+    ids: Callable[[int, Any], list[int]]
+    order: Callable[[int], list[int]]
+    pads: bool
+
+
+def expected_steps(order: Sequence[int], start: int, global_batch: int, world_size: int, *,
+                   pads: bool) -> list[list[int]]:
+    """``order`` from ``start`` cut into global batches (each sorted); the last, shorter one padded to a multiple
+    of ``world_size`` with the run's first positions, ``order[start:]``, or dropped."""
+    found = [list(order[first:first + global_batch]) for first in range(start, len(order), global_batch)]
+    if found and len(found[-1]) < global_batch:
+        run = list(order[start:])
+        if pads:
+            found[-1] += [run[k % len(run)] for k in range(-len(found[-1]) % world_size)]
+        else:
+            found.pop()
+    return [sorted(step) for step in found]
+
+
+def job_loaders(kind: DatasetKind, job: Job) -> list[DataLoader[Any]]:
+    """One ``loaders.DataLoader`` per rank of ``job`` (seed ``SEED``, shuffled)."""
+    world_size, batch_size, num_workers, worker_type = job
+    return [DataLoader(kind.make(Topology(rank=rank, world_size=world_size)), batch_size=batch_size,
+                       num_workers=num_workers, worker_type=worker_type, seed=SEED, shuffle=True)
+            for rank in range(world_size)]
+
+
+def job_steps(ids: Callable[[Any], list[int]], batches_per_rank: Sequence[Iterable[Any]],
+              count: int | None = None) -> list[list[int]]:
+    """Each step's global batch (sorted ``ids`` of its rows) from each rank's batches (``count`` steps from each
+    rank's iterator, a job stopped mid-epoch; else all); every rank must yield as many."""
+    per_rank = []
+    for batches in batches_per_rank:
+        taken = [batch for _, batch in zip(range(count), batches)] if count is not None else list(batches)
+        per_rank.append([ids(batch) for batch in taken])
+    assert len({len(rows) for rows in per_rank}) == 1, f"ranks yielded {[len(r) for r in per_rank]} batches"
+    return [sorted(s for rows in step for s in rows) for step in zip(*per_rank)]
+
+
+def end_jobs(loaders: Iterable[DataLoader[Any]]) -> None:
+    """Stop each loader and let go of its dataset's files (a job that ends)."""
+    for loader in loaders:
+        loader.close()
+        close = getattr(loader.dataset, "close", None)
+        if callable(close):
+            close()
+
+
+def check_elastic_resume(kind: DatasetKind, saved: Job, stop: int | None, resumed: Job) -> None:
+    """The contract: the ``saved`` job reads ``stop`` steps of epoch 0 (None: all of it) and its last rank's state
+    goes through ``torch.save`` / ``torch.load(weights_only=True)``; every rank of the ``resumed`` job loads it
+    and reads the rest of epoch 0 from the saved global position (nothing of the first steps again, nothing
+    lost bar the tail rule), then epoch 1 whole. With the same global batch that is the uninterrupted run's."""
+    order = kind.order(0)
+    loaders = job_loaders(kind, saved)
+    global_batch = saved[0] * saved[1]
+    head = job_steps(partial(kind.ids, 0), [iter(loader) for loader in loaders], count=stop)
+    assert head == expected_steps(order, 0, global_batch, saved[0], pads=kind.pads)[:len(head)]
+    buffer = io.BytesIO()
+    torch.save(loaders[-1].state_dict(), buffer)
+    end_jobs(loaders)
+    state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    consumed = min(len(head) * global_batch, len(order)) if stop is not None else len(order)
+    loaders = job_loaders(kind, resumed)
+    for loader in loaders:
+        loader.load_state_dict(state)
+    world_size, global_batch = resumed[0], resumed[0] * resumed[1]
+    if consumed < len(order) and stop is not None:
+        rest = job_steps(partial(kind.ids, 0), loaders)
+        assert rest == expected_steps(order, consumed, global_batch, world_size, pads=kind.pads)
+        assert not {s for step in head for s in step} & {s for step in rest for s in step}
+    assert {loader.epoch for loader in loaders} == {1}
+    expected = expected_steps(kind.order(1), 0, global_batch, world_size, pads=kind.pads)
+    assert job_steps(partial(kind.ids, 1), loaders) == expected
+    end_jobs(loaders)

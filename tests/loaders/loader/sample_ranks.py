@@ -23,6 +23,7 @@ from PIL import Image
 
 from dataprep.cli import main as dataprep_main
 from loaders import DataLoader, Topology
+from tests.loaders.resume_harness import end_jobs, expected_steps, job_steps
 
 SEED = 11
 Job = tuple[int, int, int, str]  # world size, rows per rank, workers per rank, worker type
@@ -72,17 +73,8 @@ def rows_of(batch: dict[str, Any]) -> list[int]:
 
 
 def sample_steps(batches_per_rank: Sequence[Iterable[dict[str, Any]]], count: int | None = None) -> list[list[int]]:
-    """Each step's global batch (sorted sample indices) from each rank's batches; every rank must yield as many.
-
-    ``count``: take that many steps from each rank's iterator (a job stopped mid-epoch), else all.
-    """
-    per_rank = []
-    for batches in batches_per_rank:
-        taken = [batch for _, batch in zip(range(count), batches)] if count is not None else list(batches)
-        per_rank.append([rows_of(batch) for batch in taken])
-    lengths = {len(rows) for rows in per_rank}
-    assert len(lengths) == 1, f"ranks yielded different numbers of batches: {[len(r) for r in per_rank]}"
-    return [sorted(s for rows in step for s in rows) for step in zip(*per_rank)]
+    """Each step's global batch (sorted sample indices) from each rank's batches (``job_steps``)."""
+    return job_steps(rows_of, batches_per_rank, count)
 
 
 def epoch_order(make: MakeDataset, epoch: int, **options: Any) -> list[int]:
@@ -98,18 +90,14 @@ def epoch_order(make: MakeDataset, epoch: int, **options: Any) -> list[int]:
 
 def steps(order: Sequence[int], start: int, global_batch: int, world_size: int = 1) -> list[list[int]]:
     """``order`` from ``start`` cut into global batches, each sorted; the last, shorter one padded to a multiple
-    of ``world_size`` with the order's first samples (DistributedSampler's rule, so that every rank has a row)."""
-    found = [list(order[first:first + global_batch]) for first in range(start, len(order), global_batch)]
-    if found and len(found[-1]) < global_batch:
-        found[-1] += list(order[:-len(found[-1]) % world_size])
-    return [sorted(step) for step in found]
+    of ``world_size`` with the run's first samples, ``order[start:]`` (DistributedSampler's rule, so that every
+    rank has a row; never a sample an earlier run of the epoch delivered)."""
+    return expected_steps(order, start, global_batch, world_size, pads=True)
 
 
 def end_job(loaders: Iterable[DataLoader[Any]]) -> None:
     """Stop each loader and let go of its dataset's shards (a job that ends: its node cache readers leave)."""
-    for loader in loaders:
-        loader.close()
-        loader.dataset.close()  # type: ignore[attr-defined]
+    end_jobs(loaders)
 
 
 def iterate(loaders: Iterable[DataLoader[Any]]) -> list[Iterator[Any]]:

@@ -1,72 +1,62 @@
-"""The batch source seam: a dataset that brings its own source, whose state is a global position.
+"""The batch source seam: a dataset that brings its own data read by global position, resumable on any topology.
 
-The source here is a small one of the tests' own, shaped like the token datasets of issue 21:
-global batch g holds the sequences [g * B * W, (g + 1) * B * W), rank r reads its B rows of
-it, and the state counts sequences consumed across all ranks, so that a state saved on 4
-ranks resumes on 2 (with the same global batch B x W). It plugs in through
-``dataset.batch_source(request)``; the loader counts per-rank positions and the source
-translates them both ways (``state_dict`` reads the owner, ``resume_point`` reads a state).
+The data here is the tests' own, as small as ``PositionedData`` allows: sequence i is i, dealt
+contiguously (rank r reads its B rows of each global batch), the last incomplete global
+batch dropped. It plugs in through ``dataset.batch_source(request)``; the loader reads it
+through its one ``GlobalSource``, whose state counts sequences consumed across all ranks, so
+that a state saved on 4 ranks resumes on 2.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from loaders import DataLoader
 from loaders.errors import ConfigError
-from loaders.loader.batch_source import BatchSource, Job, SourceRequest
+from loaders.loader.batch_source import DATASET_HOOKS, BatchSource, DatasetHooks, SourceRequest
+from loaders.loader.global_source import GlobalSource, PositionedData
 from loaders.loader.progress import Where
-from loaders.state_keys import KEY_EPOCH
 from loaders.loader.stage import Position
+from loaders.read.grid import Deal, GlobalGrid, Tail
+from loaders.state_keys import KEY_EPOCH
 
 SEQUENCES = 96  # global: every rank's dataset has them all
 KEY_GLOBAL = "global"
 
 
-class GlobalSource:
-    """Rank ``rank`` of ``world_size``: position p is global batch p; state = sequences consumed (all ranks)."""
+class Positions:
+    """Rank ``rank`` of ``world_size`` reading sequences 0..SEQUENCES-1; ``name`` is what its state checks."""
 
-    key = KEY_GLOBAL
+    key, deal, tail = KEY_GLOBAL, Deal.CONTIGUOUS, Tail.DROP
 
-    def __init__(self, request: SourceRequest, rank: int, world_size: int) -> None:
-        assert request.batch_size is not None
-        self.batch_size, self.rank, self.world_size = request.batch_size, rank, world_size
-        self.owner = request.owner
+    def __init__(self, rank: int, world_size: int, name: str = "numbers") -> None:
+        self.rank, self.world_size, self.name = rank, world_size, name
 
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.world_size
+    def epoch_length(self, epoch: int, segment: Any = None) -> int:
+        return SEQUENCES
 
-    def num_batches(self) -> int:
-        return SEQUENCES // self.global_batch  # the last incomplete global batch is dropped on every rank
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        return positions
 
-    def num_samples(self) -> int:
-        return self.num_batches() * self.batch_size
+    def job(self, epoch: int, rows: np.ndarray, grid: GlobalGrid, segment: Any) -> Sequence[Any]:
+        return rows.tolist()
 
-    def jobs(self, where: Where, *, primary: bool) -> Iterator[Job]:
-        start = where.position if primary else 0
-        for position in range(start, self.num_batches()):
-            if position not in where.ahead or not primary:
-                first = position * self.global_batch + self.rank * self.batch_size
-                yield Job(where.epoch, position, list(range(first, first + self.batch_size)))
+    def stream_state(self, epoch: int, sequence: int, segment: Any = None) -> dict[str, Any]:
+        return {"name": self.name}
 
-    def state_dict(self) -> dict[str, Any]:
-        where: Where = self.owner.where()
-        return {"epoch": where.epoch, "sequences": where.position * self.global_batch}
+    def resume(self, state: Any, *, quiet: bool = False) -> None:
+        if state != self.stream_state(0, 0):
+            raise ConfigError(f"saved over {state!r}, this is {self.name!r}")
 
-    def resume_point(self, state: Mapping[str, Any]) -> Where:
-        nest = state[self.key]
-        if nest["sequences"] % self.global_batch:
-            raise ConfigError(f"DataLoader state {self.key!r}: {nest['sequences']} sequences consumed is not a "
-                              f"whole number of global batches of {self.global_batch}")
-        return Where(nest["epoch"], nest["sequences"] // self.global_batch, begun=True)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        return None  # all of it is in the loader's position (resume_point)
+    def order_digest(self, start: int, stop: int, epoch: int | None = None, segment: Any = None) -> str:
+        return f"{self.name}:{epoch}:{start}:{stop}"
 
 
 class Sequences(torch.utils.data.Dataset[int]):
@@ -74,8 +64,8 @@ class Sequences(torch.utils.data.Dataset[int]):
 
     releases_gil = True
 
-    def __init__(self, rank: int, world_size: int) -> None:
-        self.rank, self.world_size = rank, world_size
+    def __init__(self, rank: int, world_size: int, name: str = "numbers") -> None:
+        self.rank, self.world_size, self.name = rank, world_size, name
 
     def __len__(self) -> int:
         return SEQUENCES
@@ -83,17 +73,17 @@ class Sequences(torch.utils.data.Dataset[int]):
     def __getitem__(self, index: int) -> int:
         return index
 
-    def batch_source(self, request: SourceRequest) -> GlobalSource:
-        return GlobalSource(request, self.rank, self.world_size)
+    def batch_source(self, request: SourceRequest) -> Positions:
+        return Positions(self.rank, self.world_size, self.name)
 
 
-def loaders_for(world_size: int, batch_size: int, num_workers: int = 0) -> list[DataLoader[Any]]:
+def loaders_for(world_size: int, batch_size: int, num_workers: int = 0, name: str = "numbers") -> list[DataLoader[Any]]:
     """One loader per rank of a job of ``world_size`` (thread workers when ``num_workers``)."""
-    return [DataLoader(Sequences(rank, world_size), batch_size=batch_size, num_workers=num_workers, seed=0)
+    return [DataLoader(Sequences(rank, world_size, name), batch_size=batch_size, num_workers=num_workers, seed=0)
             for rank in range(world_size)]
 
 
-def global_batches(loaders: list[DataLoader[Any]], iterators: list[Iterator[Any]] | None = None,
+def global_batches(loaders: list[DataLoader[Any]], iterators: Sequence[Iterator[Any]] | None = None,
                    count: int | None = None) -> list[list[int]]:
     """Each step's global batch: the union of the ranks' batches (sorted)."""
     iterators = iterators or [iter(loader) for loader in loaders]
@@ -108,11 +98,13 @@ def global_batches(loaders: list[DataLoader[Any]], iterators: list[Iterator[Any]
 def test_a_datasets_own_source_is_the_loaders_and_its_state_nests_under_its_key() -> None:
     (loader,) = loaders_for(1, 4)
     assert isinstance(loader._chain.source, GlobalSource) and isinstance(loader._chain.source, BatchSource)
-    assert len(loader) == SEQUENCES // 4
+    assert isinstance(Positions(0, 1), PositionedData) and len(loader) == SEQUENCES // 4
     iterator = iter(loader)
     next(iterator), next(iterator)
     state = loader.state_dict()
-    assert state[KEY_GLOBAL] == {"epoch": 0, "sequences": 8} and state[KEY_EPOCH] == 0
+    assert state[KEY_GLOBAL] == {"version": 2, "epoch": 0, "global_position": 8, "batch_size": 4, "world_size": 1,
+                                 "rank": 0, "data": {"name": "numbers"}} and state[KEY_EPOCH] == 0
+    assert loader.order_digest(3, 9) == "numbers:0:3:9"
     assert "plan" not in state
 
 
@@ -129,13 +121,17 @@ def test_a_state_saved_on_four_ranks_resumes_on_two_with_the_same_global_batches
     assert head + global_batches(resumed) == full
 
 
-def test_the_source_refuses_a_state_it_cannot_translate() -> None:
+def test_a_position_that_is_not_a_whole_global_batch_resumes_and_other_data_is_refused() -> None:
     saved_on = loaders_for(1, 3)
     iterator = iter(saved_on[0])
     next(iterator)
     state = saved_on[0].state_dict()  # 3 sequences: not a whole global batch of 4
-    with pytest.raises(ConfigError, match="3 sequences consumed is not a whole number of global batches of 4"):
-        loaders_for(2, 2)[0].load_state_dict(state)
+    resumed = loaders_for(2, 2)
+    for loader in resumed:
+        loader.load_state_dict(state)
+    assert global_batches(resumed) == [list(range(first, first + 4)) for first in range(3, SEQUENCES - 4, 4)]
+    with pytest.raises(ConfigError, match="saved over {'name': 'numbers'}, this is 'letters'"):
+        loaders_for(2, 2, name="letters")[0].load_state_dict(state)
 
 
 class Position0:
@@ -147,6 +143,17 @@ class Position0:
 
 def test_the_protocols_describe_the_source() -> None:
     position: Position = Position0()
-    source = GlobalSource(SourceRequest(batch_size=2, drop_last=True, shuffle=False, seed=0, owner=position), 1, 2)
+    source = GlobalSource(Positions(1, 2), SourceRequest(batch_size=2, drop_last=True, shuffle=False, seed=0,
+                                                         owner=position))
     assert isinstance(source, BatchSource)
     assert [job.indices for job in source.jobs(Where(0, 22), primary=True)] == [[90, 91], [94, 95]]
+
+
+def test_every_dataset_hook_the_loader_reads_is_declared_in_one_protocol() -> None:
+    """The names the loader's modules read off a dataset with ``getattr`` are the ones ``DatasetHooks`` declares."""
+    read = set()
+    for module in Path(__file__).parents[3].joinpath("loaders", "loader").glob("*.py"):
+        read |= set(re.findall(r'getattr\((?:self\.|loader\.)?_?dataset, "(\w+)"', module.read_text()))
+    read.discard("dataset")  # a wrapper's inner dataset (torch's Subset), not a hook
+    declared = set(DatasetHooks.__annotations__) | {name for name in vars(DatasetHooks) if not name.startswith("_")}
+    assert read <= set(DATASET_HOOKS) == declared | {"__getitems__"}, sorted(read - set(DATASET_HOOKS))

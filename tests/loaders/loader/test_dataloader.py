@@ -546,7 +546,7 @@ def test_implicit_seed_is_taken_from_the_state() -> None:
         ({"dataset_len": 99}, "'dataset_len': expected 23 .* got 99"),
         ({"batch_size": 4}, "'batch_size': expected 3 .* got 4"),
         ({"seed": 12}, "'seed': expected 11 .* got 12"),
-        ({"version": 1}, r"version: expected one of \(2, 3\), got 1"),
+        ({"version": 1}, r"version: expected one of \(2, 3, 4\), got 1"),
     ],
 )
 def test_state_from_another_setup_is_refused(change: dict[str, Any], message: str) -> None:

@@ -12,6 +12,8 @@ lost or repeated; then the next epoch in full.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,7 @@ def test_a_job_resumes_on_another_topology(kinds: dict[str, MakeDataset], case: 
     kind, saved, count, resumed, launch, method = CASES[case]
     make = kinds[kind]
     state, consumed = _save_job(make, saved, count, launch=launch, monkeypatch=monkeypatch)
-    assert state["version"] == 3 and state["samples"]["global_position"] == (consumed if count else 0)
+    assert state["version"] == 4 and state["samples"]["global_position"] == (consumed if count else 0)
     if method is None:
         loaders = sample_job(make, resumed, launch=launch, monkeypatch=monkeypatch)
     else:
@@ -273,3 +275,67 @@ def test_a_new_run_of_the_resumed_epoch_reads_it_on_its_own_grid(kinds: dict[str
     assert {loader.state_dict()["samples"]["global_position"] for loader in loaders} == {16}
     assert {len(loader) for loader in loaders} == {len(steps(order, 0, 8))}
     end_job(loaders)
+
+
+@pytest.mark.parametrize("kind,resumed,drop_last", [("tar", (3, 5, 0, "thread"), False),
+                                                   ("tar", (3, 5, 2, "process"), True),
+                                                   ("parquet", (5, 2, 0, "thread"), False)])
+def test_a_resume_on_a_global_batch_that_does_not_divide_the_position_delivers_nothing_twice(
+        kinds: dict[str, MakeDataset], kind: str, resumed: Job, drop_last: bool) -> None:
+    """5 steps of 4 ranks x 4 (80 samples), resumed on 3 x 5 (15 does not divide 80) or 5 x 2: no sample of the
+    first 5 steps again, every later one read; the only repeats are the last global batch's padding, taken from
+    the resumed run's own first samples (none with drop_last, which drops the tail)."""
+    make = kinds[kind]
+    order = epoch_order(make, 0)
+    loaders = sample_job(make, (4, 4, 0, "thread"), drop_last=drop_last)
+    head = sample_steps(iterate(loaders), count=5)
+    state = through_torch_save(loaders[1].state_dict())
+    end_job(loaders)
+    loaders = sample_job(make, resumed, drop_last=drop_last)
+    for loader in loaders:
+        loader.load_state_dict(state)
+    rest = sample_steps(loaders)
+    end_job(loaders)
+    first = {s for step in head for s in step}
+    assert first == set(order[:80]) and not first & {s for step in rest for s in step}
+    global_batch, world_size = resumed[0] * resumed[1], resumed[0]
+    read = Counter(s for step in rest for s in step)
+    tail = (len(order) - 80) % global_batch
+    if drop_last:
+        assert read == Counter(order[80:len(order) - tail])
+    else:
+        padding = read - Counter(order[80:])
+        assert not Counter(order[80:]) - read and sum(padding.values()) == -tail % world_size > 0
+        assert set(padding) <= set(order[80:80 + world_size])
+    assert rest == steps(order, 80, global_batch, world_size)[:len(rest)]
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_a_state_saved_by_the_previous_version_resumes_or_is_refused_naming_the_version(
+        kinds: dict[str, MakeDataset]) -> None:
+    """``fixtures/samples_state_v3.json``: rank 1's state after 5 steps of 4 ranks x 4, saved by 50a6471 (loader
+    state version 3, the source's document version 1). It resumes on 3 x 5 from sample 80, nothing of the first
+    steps again; a version this code cannot read is refused naming it and what to do."""
+    saved = json.loads((FIXTURES / "samples_state_v3.json").read_text())
+    state, first = saved["state"], saved["first_steps"]
+    assert state["version"] == 3 and state["samples"]["version"] == 1
+    make = kinds["tar"]
+    order = epoch_order(make, 0)
+    assert first == steps(order, 0, 16)[:5]  # the same data and order as then
+    loaders = sample_job(make, (3, 5, 0, "thread"))
+    for loader in loaders:
+        loader.load_state_dict(state)
+    assert sample_steps(loaders) == steps(order, 80, 15, 3)
+    assert {(loader.epoch, loader.state_dict()["samples"]["global_position"]) for loader in loaders} == {(1, 0)}
+    end_job(loaders)
+    (loader,) = sample_job(make, (1, 4, 0, "thread"))
+    with pytest.raises(ConfigError, match=r"version: expected one of \(2, 3, 4\), got 9; resume with the loaders "
+                                          "version that saved it"):
+        loader.load_state_dict({**state, "version": 9})
+    with pytest.raises(ConfigError, match="'samples' must be a global-position state of version 2 "
+                                          r"\(got version 7\); hint: load it with the DataLoader itself"):
+        loader.load_state_dict({**loader.state_dict(), "samples": {**state["samples"], "version": 7}})
+    assert loader.epoch == 0 and loader.batches_consumed == 0
+    end_job([loader])

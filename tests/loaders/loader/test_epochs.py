@@ -376,7 +376,7 @@ def test_the_state_nests_each_stateful_stage_under_its_key() -> None:
     assert [type(stage) for stage in stages] == [BatchPlan]
     assert [stage.key for stage in stages] == [KEY_PLAN]
     state = loader.state_dict()
-    assert set(state) == set(LOADER_STATE_KEYS) and state["version"] == 3
+    assert set(state) == set(LOADER_STATE_KEYS) and state["version"] == 4
     assert set(state["plan"]) == {"sampler", "world_size"} and set(state["failures"]) == {"epoch", "skipped"}
 
 

@@ -129,8 +129,13 @@ def test_state_dict_reports_consumed_samples() -> None:
         next(it)  # prefetched, not yet consumed: position does not move
     sampler.advance(2)
     assert sampler.state_dict() == {
-        "version": SAMPLER_STATE_VERSION, "epoch": 1, "position": 2, "seed": 5, "num_samples": 23, "world_size": 4,
+        "version": SAMPLER_STATE_VERSION, "epoch": 1, "sample_position": 2, "seed": 5, "num_samples": 23,
+        "world_size": 4,
     }
+    v1 = {**{k: v for k, v in sampler.state_dict().items() if k != "sample_position"}, "version": 1, "position": 2}
+    resumed = _sampler(23, rank=2, world_size=4, seed=5)
+    resumed.load_state_dict(v1)  # the previous version's name of the position
+    assert (resumed.epoch, resumed.position) == (1, 2) and resumed.state_dict() == sampler.state_dict()
 
 
 def test_advance_past_the_epoch_end_is_an_error() -> None:
@@ -158,7 +163,7 @@ def test_loaded_state_applies_to_its_epoch_once() -> None:
 
 def test_set_epoch_to_another_epoch_drops_the_loaded_state() -> None:
     sampler = _sampler(20)
-    sampler.load_state_dict({**_sampler(20).state_dict(), "epoch": 2, "position": 5})
+    sampler.load_state_dict({**_sampler(20).state_dict(), "epoch": 2, "sample_position": 5})
     sampler.set_epoch(3)
     assert sampler.position == 0
     sampler.set_epoch(2)
@@ -168,11 +173,11 @@ def test_set_epoch_to_another_epoch_drops_the_loaded_state() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "sampler state version: expected 1, got 2"),
+        ({"version": 3}, "sampler state version: expected 2 (or 1), got 3; hint: resume with the loaders version"),
         ({"seed": 8}, "sampler state 'seed': expected 7 (this sampler), got 8"),
         ({"num_samples": 24}, "sampler state 'num_samples': expected 23 (this sampler), got 24"),
         ({"world_size": 2}, "sampler state 'world_size': expected 4 (this sampler), got 2"),
-        ({"position": 7}, "sampler state 'position': expected at most 6 (samples per rank), got 7"),
+        ({"sample_position": 7}, "sampler state 'sample_position': expected at most 6 (samples per rank), got 7"),
         ({"epoch": -1}, "'epoch' must be a non-negative int (got -1 that is a int)"),
     ],
 )
@@ -186,8 +191,8 @@ def test_load_state_dict_validates(change: dict[str, int], message: str) -> None
 
 def test_load_state_dict_names_missing_keys() -> None:
     state = _sampler(5).state_dict()
-    del state["position"]
-    with pytest.raises(ConfigError, match="sampler state lacks 'position'"):
+    del state["sample_position"]
+    with pytest.raises(ConfigError, match="sampler state lacks 'sample_position'"):
         _sampler(5).load_state_dict(state)
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ import torch.utils.data
 
 from loaders.errors import ConfigError
 from loaders.read import topology
-from loaders.read.topology import Topology, cpus_available, current_worker, default_num_workers
+from loaders.read.topology import Topology, current_worker, default_num_workers
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
@@ -19,19 +18,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in TORCHRUN_VARS:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
-
-
-@pytest.fixture
-def fake_cgroup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """An empty cgroup tree under tmp_path, the process at its root, 16 CPUs in the affinity mask."""
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    proc = tmp_path / "proc_self_cgroup"
-    proc.write_text("0::/\n")
-    monkeypatch.setattr(topology, "CGROUP_ROOT", root)
-    monkeypatch.setattr(topology, "PROC_SELF_CGROUP", proc)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    return root
 
 
 def test_defaults_are_a_single_process() -> None:
@@ -111,52 +97,6 @@ def test_detect_with_a_real_gloo_group(clean_env: pytest.MonkeyPatch, tmp_path: 
         assert Topology.detect() == Topology()
     finally:
         torch.distributed.destroy_process_group()
-
-
-def test_cpus_available_uses_the_affinity_mask(fake_cgroup: Path) -> None:
-    (fake_cgroup / "cpu.max").write_text("max 100000\n")
-    assert cpus_available() == 16
-
-
-@pytest.mark.parametrize(("cpu_max", "expected"), [("400000 100000", 4), ("150000 100000", 2), ("5000 100000", 1)])
-def test_cpus_available_respects_the_cgroup_v2_quota(fake_cgroup: Path, cpu_max: str, expected: int) -> None:
-    (fake_cgroup / "cpu.max").write_text(cpu_max + "\n")
-    assert cpus_available() == expected
-
-
-def test_cpus_available_takes_the_tightest_quota_on_the_cgroup_path(
-    fake_cgroup: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    (fake_cgroup / "cpu.max").write_text("800000 100000\n")
-    nested = fake_cgroup / "job" / "step"
-    nested.mkdir(parents=True)
-    (nested / "cpu.max").write_text("300000 100000\n")
-    (tmp_path / "proc_self_cgroup").write_text("12:cpu:/ignored\n0::/job/step\n")
-    assert cpus_available() == 3
-
-
-def test_cpus_available_reads_cgroup_v1(fake_cgroup: Path) -> None:
-    (fake_cgroup / "cpu").mkdir()
-    (fake_cgroup / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
-    (fake_cgroup / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert cpus_available() == 2
-    (fake_cgroup / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")  # no limit
-    assert cpus_available() == 16
-
-
-def test_cpus_available_ignores_garbage_and_falls_back_to_cpu_count(
-    fake_cgroup: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (fake_cgroup / "cpu.max").write_text("lots\n")
-    monkeypatch.delattr(os, "sched_getaffinity")
-    monkeypatch.setattr(os, "cpu_count", lambda: 6)
-    assert cpus_available() == 6
-    monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert cpus_available() == 1
-
-
-def test_cpus_available_on_this_machine_is_sane() -> None:
-    assert 1 <= cpus_available() <= (os.cpu_count() or 1)
 
 
 @pytest.mark.parametrize(

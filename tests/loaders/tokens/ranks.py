@@ -19,6 +19,7 @@ import numpy as np
 from loaders import DataLoader, Topology
 from loaders.tokens import Mixture, ScheduleSegment, StreamIndex, TokenDataset
 from tests.loaders.helpers import through_torch_save
+from tests.loaders.resume_harness import job_steps
 
 __all__ = ["through_torch_save"]  # kept here for the token tests
 
@@ -92,13 +93,7 @@ def global_steps(batches_per_rank: Sequence[Iterable[dict[str, Any]]], sequences
 
     ``count``: take that many steps from each rank's iterator (a job stopped mid-epoch), else all.
     """
-    per_rank = []
-    for batches in batches_per_rank:
-        taken = [batch for _, batch in zip(range(count), batches)] if count is not None else list(batches)
-        per_rank.append([sequences.of(batch) for batch in taken])
-    lengths = {len(rows) for rows in per_rank}
-    assert len(lengths) == 1, f"ranks yielded different numbers of batches: {[len(r) for r in per_rank]}"
-    return [sorted(s for rows in step for s in rows) for step in zip(*per_rank)]
+    return job_steps(sequences.of, batches_per_rank, count)
 
 
 def close(loaders: Iterable[DataLoader[Any]]) -> None:

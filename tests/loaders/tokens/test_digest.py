@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from loaders.tokens import Mixture, TokenDataset
-from loaders.tokens.digest import OrderDigest, digest_rows
+from loaders.tokens.digest import digest_rows, token_digest
 from tests.loaders.tokens.corpus import random_documents, write_tokens
 
 
@@ -58,4 +58,4 @@ def test_mixture_digest(dataset: TokenDataset, tmp_path: Path) -> None:
 
 def test_rows_must_be_five_int64_columns() -> None:
     with pytest.raises(ValueError, match=r"int64 \[m, 5\]"):
-        OrderDigest().update(np.zeros((2, 4)))
+        token_digest().update(np.zeros((2, 4)))

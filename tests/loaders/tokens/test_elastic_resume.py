@@ -11,13 +11,15 @@ or repeated, every rank the same number of batches; then the next epoch in full.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loaders import ConfigError, DataLoader, Mixture, TokenDataset
-from loaders.tokens import GlobalGrid
+from loaders.tokens import GlobalPosition, resume_grid
 from tests.loaders.tokens.conftest import MIXTURE_WEIGHTS, SEQ_LEN
 from tests.loaders.tokens.corpus import write_tokens
 from tests.loaders.tokens.ranks import (
@@ -60,7 +62,7 @@ def _save(stream: TokenDataset | Mixture, saved: Job, steps: int | None) -> tupl
     world_size, batch_size, num_workers, worker_type = saved
     loaders = job(stream, world_size, batch_size, num_workers, worker_type)
     n = stream.epoch_length(0)
-    count = GlobalGrid(n, batch_size, world_size).num_batches if steps is None else steps
+    count = resume_grid(GlobalPosition(0, 0), n, batch_size, world_size).grid.num_batches if steps is None else steps
     iterators = [iter(loader) for loader in loaders]
     sequences = SequenceMap(stream, 0)
     head = global_steps(iterators, sequences, count=count)
@@ -144,7 +146,7 @@ def test_new_weights_at_resume_apply_from_the_saved_position(
         loaders = _resumed(reweighted, (3, 2, 2, worker_type), state, peek=True)
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == len(loaders) == 3
     assert "weights changed at resume: epoch 0 from position 120 on" in caplog.records[0].getMessage()
-    segment = reweighted.resume(state["tokens"]["stream"], quiet=True)
+    segment = reweighted.resume(state["tokens"]["data"], quiet=True)
     sequences = SequenceMap(reweighted, 0, segment=segment, start=consumed)
     rest = global_steps(loaders, sequences)
     assert rest == list(grid(consumed, sequences.end, 6))
@@ -209,5 +211,36 @@ def test_a_new_run_of_the_resumed_epoch_reads_it_on_its_own_grid(counting: Token
     loader.set_epoch(0)
     iterator = iter(loader)
     assert [sequences.of(next(iterator)) for _ in range(2)] == [[2, 3], [6, 7]]
-    assert len(loader) == len(counting) // 4 and loader.state_dict()["tokens"]["sequence"] == 8
+    assert len(loader) == len(counting) // 4 and loader.state_dict()["tokens"]["global_position"] == 8
     assert loader.order_digest(0, 8) == counting.order_digest(0, 8, 0)
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_a_state_saved_by_the_previous_version_resumes(counting: TokenDataset) -> None:
+    """``tests/loaders/fixtures/tokens_state_v3.json``: rank 0's state after 4 steps of 2 ranks x 3 over the
+    counting corpus, saved by 50a6471 (loader state version 3, ``"sequence"`` and ``"stream"`` in the source's
+    document of version 1). It resumes on 4 x 2 from sequence 24; a document of an unknown version is refused."""
+    saved = json.loads((FIXTURES / "tokens_state_v3.json").read_text())["state"]
+    assert saved["version"] == 3 and saved["tokens"]["sequence"] == 24
+    loaders = _resumed(counting, (4, 2, 0, "thread"), saved)
+    _check_rest(counting, loaders, 24, 8)
+    state = loaders[0].state_dict()
+    close(loaders)
+    assert state["version"] == 4 and state["tokens"]["version"] == 2 and "stream" not in state["tokens"]
+    with pytest.raises(ConfigError, match=r"'tokens' must be a global-position state of version 2 \(got version 1\)"):
+        job(counting, 1, 2)[0].load_state_dict({**state, "tokens": saved["tokens"]})
+
+
+def test_a_mixture_state_saved_by_the_previous_version_resumes(three_sources: Mixture) -> None:
+    """``fixtures/mixture_state_v3.json``: rank 1's state after 9 steps of 2 ranks x 2 over the three-source
+    mixture, saved by 50a6471 (the mixture's state of version 1: ``"position"`` for both the positions consumed
+    and the segment's start). It resumes on 3 x 2 from position 36, and saves the one key of each meaning."""
+    saved = json.loads((FIXTURES / "mixture_state_v3.json").read_text())["state"]
+    assert saved["tokens"]["stream"]["version"] == 1 and saved["tokens"]["stream"]["position"] == 36
+    loaders = _resumed(three_sources, (3, 2, 0, "thread"), saved)
+    _check_rest(three_sources, loaders, 36, 6)
+    data = loaders[0].state_dict()["tokens"]["data"]
+    close(loaders)
+    assert data["version"] == 2 and data["global_position"] == 0 and data["segment"]["start"] == 0

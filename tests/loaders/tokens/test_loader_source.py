@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loaders import ConfigError, DataLoader, Mixture, TokenDataset
-from loaders.tokens import GlobalGrid, collate
+from loaders.tokens import GlobalPosition, collate, resume_grid
 from tests.loaders.tokens.conftest import SEQ_LEN
 from tests.loaders.tokens.ranks import EOS_ID, SequenceMap, close, global_steps, grid, job
 
@@ -48,7 +48,8 @@ def test_each_step_is_one_global_batch_of_the_grid(counting: TokenDataset, three
     for stream in (counting, three_sources):
         loaders = job(stream, world_size, batch_size)
         n = stream.epoch_length(0)
-        assert {len(loader) for loader in loaders} == {GlobalGrid(n, batch_size, world_size).num_batches}
+        expected = resume_grid(GlobalPosition(0, 0), n, batch_size, world_size).grid.num_batches
+        assert {len(loader) for loader in loaders} == {expected}
         steps = global_steps(loaders, SequenceMap(stream, 0))
         assert steps == list(grid(0, n, batch_size * world_size))
 

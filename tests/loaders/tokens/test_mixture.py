@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from loaders.errors import ConfigError
 from loaders.read.sampler import SampleIndex
 from loaders.tokens import Mixture, TokenDataset
-from loaders.tokens.mixture_state import KEY_CURSORS, KEY_SEQUENCE_POSITION, KEY_SEGMENT, ScheduleSegment
+from loaders.tokens.mixture_state import KEY_CURSORS, KEY_SEGMENT, KEY_SEGMENT_START, ScheduleSegment
 from loaders.tokens.schedule import Shares
 from tests.loaders.tokens.corpus import random_documents, write_tokens
 
@@ -166,11 +166,15 @@ def test_state_is_plain_and_names_its_parts(sources: dict[str, TokenDataset]) ->
     mixture = Mixture(sources, weights={"web": 0.7, "code": 0.2, "books": 0.1}, exhaustion="cycle", num_sequences=99)
     state = mixture.stream_state(1, 40)
     assert _roundtrip(state) == state
-    assert state["version"] == 1 and state["exhaustion"] == "cycle" and state["num_sequences"] == 99
+    assert state["version"] == 2 and state["exhaustion"] == "cycle" and state["num_sequences"] == 99
+    assert state["global_position"] == 40 and "position" not in state
     assert state["weights"] == {"web": 0.7, "code": 0.2, "books": 0.1}
     assert sum(state[KEY_CURSORS].values()) == 40 and state[KEY_SEGMENT] == {
-        KEY_SEQUENCE_POSITION: 0, KEY_CURSORS: {"web": 0, "code": 0, "books": 0}}
+        KEY_SEGMENT_START: 0, KEY_CURSORS: {"web": 0, "code": 0, "books": 0}}
     assert state["sources"]["web"]["seq_len"] == SEQ
+    v1 = {**{k: v for k, v in state.items() if k != "global_position"}, "version": 1, "position": 40,
+          "segment": {"position": 0, "cursors": state[KEY_SEGMENT][KEY_CURSORS]}}
+    assert mixture.resume(v1) == mixture.resume(state)  # the previous version's keys are read too
 
 
 def test_resume_refuses_other_data_or_policy(sources: dict[str, TokenDataset], tmp_path: Path) -> None:
@@ -187,7 +191,7 @@ def test_resume_refuses_other_data_or_policy(sources: dict[str, TokenDataset], t
     broken = dict(state, cursors={"web": 0, "code": 0, "books": 0})
     with pytest.raises(ConfigError, match="do not follow from the segment"):
         Mixture(sources, weights=weights).resume(broken)
-    with pytest.raises(ConfigError, match="not a mixture state of version 1"):
+    with pytest.raises(ConfigError, match="not a mixture state of version 2"):
         Mixture(sources, weights=weights).resume({"version": 1})
 
 
