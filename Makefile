@@ -3,6 +3,7 @@
 #               then tokenize a text corpus, train a small LM 100 steps, resume it on 2 workers
 #   make test   set up .venv, run the test suite
 #   make check  set up .venv, then ruff, mypy and the structure review (python -m tools.review)
+#   make docs   set up .venv, build the manual and the API reference (mkdocs --strict) into site/
 # Override the torch requirement for another machine: TORCH=torch make demo
 # (the default pins the CPU build that installs locally in under a minute).
 # Stock Pillow instead of Pillow-SIMD (both supported, both tested):
@@ -17,12 +18,13 @@ PIP      := $(PY) -m pip --disable-pip-version-check -q
 STAMP    := $(VENV)/.installed
 DEMO     ?= demo
 DEMO_IMAGES ?= 600
-# Every extra of pyproject.toml but "gpu" (torchvision for the CUDA decoder: it needs its own torch build):
+# Every extra of pyproject.toml but "gpu" (nvImageCodec with the CUDA nvJPEG libraries, for a CUDA machine;
+# the test extra brings the codec alone, whose CPU backend runs the device-decode path in CI):
 # the packages are declared there once (tests/test_packaging.py checks).
-EXTRAS   ?= test,ray,tokens,remote,dev,plot
+EXTRAS   ?= test,ray,tokens,remote,dev,plot,docs
 LINTED   := dataprep loaders tools tests examples
 
-.PHONY: demo test check venv pillow pillow-stock pillow-simd system-deps clean bench
+.PHONY: demo test check docs venv pillow pillow-stock pillow-simd system-deps clean bench
 
 venv: $(STAMP)
 
@@ -101,8 +103,12 @@ check: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m tools.review
 
+# The manual (docs/*.md) and the API reference from the docstrings, warnings as errors, into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) -m tools.bench.shard_bench
 
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis site

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.metadata
 import re
 import sys
@@ -44,8 +45,8 @@ def test_torch_claim_matches_the_makefile_pin_and_the_installed_torch() -> None:
 
 # Imports that need not be declared, and why: tools that use them only where they are installed.
 OPTIONAL_IMPORTS = {
-    "torchvision": "extra 'gpu' (not installed by CI, see NOT_IN_MAKE_EXTRAS); loaders.batch_decode.decoders on "
-                   "CUDA only, tools.gpu and the device suite: GPU decode and the stock feed, when importable",
+    "torchvision": "tools.gpu and the device suite only, where it imports (a CUDA machine's matching build): "
+                   "its batched decode as a measured row and the stock feed; the product does not use it",
     "litdata": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
     "streaming": "tools.bench.remote_peers only, run in the peers' own venv (--peers-python): they pin other torch",
     "compression": "dataprep.inputs.compressed: the standard library's zstd from Python 3.14 (backports.zstd before)",
@@ -116,8 +117,8 @@ def test_an_undeclared_or_missing_import_is_caught() -> None:
 
 # Extras the Makefile leaves out, and why.
 NOT_IN_MAKE_EXTRAS = {
-    "gpu": "torchvision for DataLoader(decode='device') on CUDA: PyPI's wheel does not load beside the pinned CPU "
-           "torch (its C ops fail: 'operator torchvision::nms does not exist'); a CUDA machine brings a matching pair",
+    "gpu": "nvImageCodec with the CUDA nvJPEG libraries for DataLoader(decode='device') on a GPU; CI installs the "
+           "codec alone (the test extra), whose CPU backend runs the same decode path",
 }
 
 
@@ -132,3 +133,13 @@ def test_the_makefile_installs_every_extra_from_pyproject_and_lists_no_package_i
     for line in re.findall(r"\$\(PIP\) install ([^;\\\n]*)", makefile):
         names = [w for w in line.split() if not w.startswith("-") and w not in (":all:",)]
         assert all(n in ('"$(TORCH)"', '".[$(EXTRAS)]"', "pip", "pillow", "pillow-simd") for n in names), line
+
+
+def test_every_console_script_names_a_callable_of_an_installed_package() -> None:
+    scripts = _pyproject()["project"]["scripts"]
+    assert scripts == {"dataprep": "dataprep.cli:main", "shardfeed-profile": "loaders.profiler.cli:main"}
+    packaged = _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    for target in scripts.values():
+        module, _, attr = target.partition(":")
+        assert any(re.fullmatch(pattern.replace("*", ".*"), module) for pattern in packaged), target
+        assert callable(getattr(importlib.import_module(module), attr)), target

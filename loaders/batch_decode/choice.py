@@ -4,15 +4,16 @@
 |---|---|---|
 | "cpu" | any | the workers decode (today's path) |
 | "device" | CUDA or CPU | the workers hand on decode plans, the device decodes; a ConfigError says what is missing |
-| "auto" (default) | CUDA, everything below holds, nvJPEG works | "device" |
+| "auto" (default) | CUDA, everything below holds, nvImageCodec decodes there | "device" |
 | "auto" | anything else | "cpu", the reason kept in ``loader.stats()`` |
 
 What "device" needs: a ``device``; a map-style dataset that declares ``can_defer_decode = True``
 (``ShardDataset`` / ``ParquetShardDataset`` whose transform is one of this package's image
 decode transforms, or a ``Compose`` of this package's transforms holding one); batches
 (``batch_size`` not None) collated by the loader's own collate (no ``collate_fn``); on CUDA,
-torchvision's nvJPEG decoder (``decoders.device_decoder_problem``). On the CPU, "auto" stays
-"cpu": the host decoder is for tests and parity, slower than the fused CPU path.
+nvImageCodec with one of its CUDA backends working there; on the CPU, nvImageCodec's CPU
+backend (``decoders.device_decoder_problem``). On the CPU, "auto" stays "cpu": the CPU backend
+is for tests and parity (the same code path as on CUDA), slower than the fused CPU path.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def choose_decode(given: DecodeInputs, decoder_problem: Callable[[torch.device],
         return DecodeChoice(DecodeMode.DEVICE, f"decode='device' was given ({device})")
     if why_not is not None:
         return DecodeChoice(DecodeMode.CPU, f"decode='auto' decodes in the workers: {why_not}")
-    return DecodeChoice(DecodeMode.DEVICE, f"decode='auto' on {device}: nvJPEG works there")
+    return DecodeChoice(DecodeMode.DEVICE, f"decode='auto' on {device}: nvImageCodec decodes there")
 
 
 def _missing(given: DecodeInputs) -> str | None:

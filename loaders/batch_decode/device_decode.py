@@ -1,22 +1,25 @@
 """The device side of ``decode="device"``: each ``EncodedBatch`` of a batch -> uint8 [B, H, W, 3] on the device.
 
 ``DeviceDecode.decode(batch)`` finds the encoded fields of a collated batch and, for each:
-decodes its JPEGs with the batch decoder (``decoders``: nvJPEG, or the host's threads) in as few
-calls as ``DecodeLimits.max_decoded_bytes`` allows (one for a typical batch), resizes every
-crop in batched kernels (``resample``) into the output, and copies in the rows decoded in the
-worker. It runs where it is called: the loader calls it on the prefetcher's side stream, so
-the work overlaps the training step, and reads no device value on the host.
+computes every sample's window (``geometry.windows_for``: the pixels its crop's resize reads,
+from the CPU path's box, flip and DCT scale), decodes each JPEG only in that window with the
+batch decoder (``decoders``: nvImageCodec) in as few calls as ``DecodeLimits.max_decoded_bytes``
+allows (one for a typical batch), resizes every window in batched kernels (``resample``) into
+the output, and copies in the rows decoded in the worker. With ``regions=False`` it decodes
+whole images and crops them on the device (the same pixels: for measuring, see tools.gpu.decode).
+It runs where it is called: the loader calls it on the prefetcher's side stream, so the work
+overlaps the training step, and reads no device value on the host.
 
-Where a decoder call fails (a JPEG it cannot take after all, corrupt data), the call's JPEGs
-are decoded one by one; one that still fails is decoded on the host by the CPU path itself
-(``decode_crop_resize``: the CPU path's pixels), counted as ``host_retried``; one the CPU path
-cannot decode either is returned as a ``SampleFailure`` for the loader's error policy.
+A JPEG the decoder returns no image for (one it cannot take after all, corrupt data) is decoded
+on the host by the CPU path itself (``decode_crop_resize``: the CPU path's pixels), counted as
+``host_retried``; one the CPU path cannot decode either is returned as a ``SampleFailure`` for
+the loader's error policy. Where a decoder call fails as a whole, its JPEGs are retried one by one.
 
-Device memory it adds, per batch, at most: one decoder call's full-resolution images
-(``max_decoded_bytes``, or one image if larger), one resampling chunk's float32 working set
-(``max_work_bytes``, or one sample's), and the output itself; all returned to torch's caching
-allocator when the batch is done (reused by the next). Between batches it holds nothing but
-the counters; the decoder's own state is the decoder's (``decoders``).
+Device memory it adds, per batch, at most: one decoder call's decoded windows (``max_decoded_bytes``,
+or one window if larger; whole images with ``regions=False``), one resampling chunk's float32
+working set (``max_work_bytes``, or one sample's), and the output itself; all released when the
+batch is done. Between batches it holds nothing but the counters and the decoder's own state
+(``decoders``: nvImageCodec's, released by ``close()``).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.batch_decode.decoders import BatchDecoder
+from loaders.batch_decode.decoders import BatchDecoder, Region
 from loaders.batch_decode.encoded_batch import EncodedBatch
-from loaders.batch_decode.geometry import decode_groups, resample_chunks, windows_for
+from loaders.batch_decode.geometry import Window, decode_groups, resample_chunks, windows_for
 from loaders.batch_decode.resample import host_to_device, resample_chunk, stack_images
 from loaders.errors import ConfigError, SampleError
 from loaders.read.decode import decode_crop_resize, decode_rgb
@@ -99,17 +102,20 @@ def map_encoded(batch: Any, fn: Callable[[EncodedBatch], Any]) -> Any:
 
 
 class DeviceDecode:
-    """Decodes the encoded fields of batches on ``device`` with ``decoder`` (see the module docstring).
+    """Decodes the encoded fields of batches on ``device`` with ``decoder`` (see the module docstring);
+    ``regions``: decode only each crop's window (default) or whole images.
 
-    Thread-safe counters; ``close()`` stops the decoder's threads (a later call starts them anew).
+    Thread-safe counters; ``close()`` releases the decoder's state (a later call makes it anew).
     """
 
-    def __init__(self, device: torch.device, decoder: BatchDecoder, limits: DecodeLimits | None = None) -> None:
+    def __init__(self, device: torch.device, decoder: BatchDecoder, limits: DecodeLimits | None = None, *,
+                 regions: bool = True) -> None:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.decoder = decoder
         self.limits = limits or DecodeLimits()
+        self.regions = regions
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._reasons: Counter[str] = Counter()
@@ -138,9 +144,15 @@ class DeviceDecode:
         on_host: dict[int, np.ndarray] = {}
         failures: list[SampleFailure] = []
         device_rows = encoded.device_rows()
-        for group in decode_groups(device_rows, encoded.full_sizes, self.limits.max_decoded_bytes):
-            images = self._decode_group(encoded, group, on_host, failures)
-            self._place(encoded, images, out)
+        windows = _windows(encoded, device_rows)
+        regions = {row: (w.top, w.left, w.bottom, w.right) for row, w in windows.items()} if self.regions else {}
+        decoded_sizes = encoded.full_sizes.copy()
+        for row, (top, left, bottom, right) in regions.items():
+            decoded_sizes[row] = (bottom - top, right - left)
+        for group in decode_groups(device_rows, decoded_sizes, self.limits.max_decoded_bytes):
+            images = self._decode_group(encoded, group, regions, on_host, failures)
+            self._place(encoded, {row: _window_pixels(image, windows.get(row), row in regions)
+                                  for row, image in images.items()}, windows, out)
         if len(encoded.fallback_rows):
             self._copy_rows(out, encoded.fallback_rows, encoded.fallback)
         if on_host:
@@ -150,44 +162,50 @@ class DeviceDecode:
         return out, failures
 
     def close(self, *, wait: bool = True) -> None:
-        """Stop the decoder's threads (``wait``: join them); a later call starts them anew."""
+        """Release the decoder's state (``wait``: for its threads); a later call makes it anew."""
         self.decoder.close(wait=wait)
 
-    def _decode_group(self, encoded: EncodedBatch, group: list[int], on_host: dict[int, np.ndarray],
-                      failures: list[SampleFailure]) -> dict[int, torch.Tensor]:
-        """row -> uint8 [3, H, W] on the device for the rows of ``group`` the batch decoder decodes (at the
-        size the header gave); the others decoded on the host into ``on_host`` or recorded in ``failures``."""
+    def _decode_group(self, encoded: EncodedBatch, group: list[int], regions: Mapping[int, Region],
+                      on_host: dict[int, np.ndarray], failures: list[SampleFailure]) -> dict[int, torch.Tensor]:
+        """row -> uint8 [3, h, w] on the device (its region, or the whole image) for the rows of ``group`` the
+        batch decoder decodes at the size asked; the others decoded on the host into ``on_host`` or recorded
+        in ``failures``."""
+        data = [encoded.encoded(row) for row in group]
+        asked = [regions.get(row) for row in group]
         try:
-            images = dict(zip(group, self.decoder.decode([encoded.encoded(row) for row in group])))
+            decoded = self.decoder.decode(data, asked)
         except (RuntimeError, ValueError):
-            images = {}
-            for row in group:  # one by one, to find which
-                try:
-                    images[row] = self.decoder.decode([encoded.encoded(row)])[0]
-                except (RuntimeError, ValueError):
-                    continue
-        for row in group:
-            image = images.get(row)
-            if image is None or tuple(image.shape) != (3, *encoded.full_sizes[row]):  # shapes are host metadata
-                images.pop(row, None)
-                try:
-                    on_host[row] = decode_like_cpu(encoded, row)
-                except SampleError as err:
-                    failures.append(SampleFailure(row, encoded.indices[row], err))
+            decoded = [self._decode_one(one, region) for one, region in zip(data, asked)]
+        images: dict[int, torch.Tensor] = {}
+        for row, region, image in zip(group, asked, decoded):
+            height, width = encoded.full_sizes[row] if region is None else (region[2] - region[0],
+                                                                            region[3] - region[1])
+            if image is not None and tuple(image.shape) == (3, height, width):  # shapes are host metadata
+                images[row] = image
+                continue
+            try:
+                on_host[row] = decode_like_cpu(encoded, row)
+            except SampleError as err:
+                failures.append(SampleFailure(row, encoded.indices[row], err))
         return images
 
-    def _place(self, encoded: EncodedBatch, images: dict[int, torch.Tensor], out: torch.Tensor) -> None:
-        """Write the decoded ``images`` into their rows of ``out``: as they are, or cropped and resized."""
+    def _decode_one(self, data: torch.Tensor, region: Region | None) -> torch.Tensor | None:
+        try:
+            return self.decoder.decode([data], [region])[0]
+        except (RuntimeError, ValueError):
+            return None
+
+    def _place(self, encoded: EncodedBatch, images: dict[int, torch.Tensor], windows: Mapping[int, Window],
+               out: torch.Tensor) -> None:
+        """Write the decoded ``images`` (row -> its window's pixels, or the whole image without a size) into
+        their rows of ``out``: as they are, or resized."""
         if not images:
             return
         if encoded.size is None:
             rows = sorted(images)
             self._copy_rows(out, np.array(rows, dtype=np.int64), stack_images([images[r] for r in rows]))
             return
-        rows = list(images)
-        windows = windows_for(rows, encoded.full_sizes[rows], encoded.boxes[rows], encoded.scales[rows],
-                              encoded.flips[rows], encoded.size, encoded.interpolation)
-        for chunk in resample_chunks(windows, encoded.size, self.limits.max_work_bytes):
+        for chunk in resample_chunks([windows[row] for row in images], encoded.size, self.limits.max_work_bytes):
             resized = resample_chunk(images, chunk, encoded.size, encoded.interpolation, self.device)
             self._copy_rows(out, np.array([w.row for w in chunk], dtype=np.int64), resized)
 
@@ -204,6 +222,23 @@ class DeviceDecode:
             self._counts.update(batches=1, device=device, worker=len(encoded.reasons), host_retried=host_retried,
                                 failed=failed)
             self._reasons.update(encoded.reasons)
+
+
+def _windows(encoded: EncodedBatch, rows: list[int]) -> dict[int, Window]:
+    """row -> the window its resize reads, for ``rows`` (none when the field keeps each image's own size)."""
+    if encoded.size is None or not rows:
+        return {}
+    windows = windows_for(rows, encoded.full_sizes[rows], encoded.boxes[rows], encoded.scales[rows],
+                          encoded.flips[rows], encoded.size, encoded.interpolation)
+    return {window.row: window for window in windows}
+
+
+def _window_pixels(image: torch.Tensor, window: Window | None, is_region: bool) -> torch.Tensor:
+    """The pixels of ``window`` in ``image`` (uint8 [3, h, w]): the image itself when it was decoded as that
+    region or has no window, else its crop (a view)."""
+    if window is None or is_region:
+        return image
+    return image[:, window.top:window.bottom, window.left:window.right]
 
 
 def decode_like_cpu(encoded: EncodedBatch, row: int) -> np.ndarray:

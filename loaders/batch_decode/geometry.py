@@ -1,12 +1,13 @@
 """Pure geometry of the batched crop + resize, on the host: which pixels each sample reads, and chunks.
 
 The CPU path decodes a crop at DCT scale 1/n (libjpeg's scaled IDCT) and resizes the box / n
-with Pillow. The device path decodes at full size, averages n x n blocks (aligned with the
-image's origin, as the DCT blocks are) and resizes with Pillow's own filter coefficients
-(``Resample.c``'s ``precompute_coeffs``: the same centres, supports and bounds, in float64
-here). ``Axis`` is one axis of one sample's resize: the source span it reads and, per output
-pixel, the centre and the bounds of its taps. A flip (mirror after the resize) is the output
-order reversed. The rest is chunking: which samples are decoded in one call and resampled in
+with Pillow. The device path decodes the window (a ``Window``: the region its resize reads) at
+full resolution, averages n x n blocks (aligned with the image's origin, as the DCT blocks are:
+a window's top and left are multiples of n) and resizes with Pillow's own filter coefficients
+(``Resample.c``'s ``precompute_coeffs``: the same centres, supports and bounds, in float64 here).
+``Axis`` is one axis of one sample's resize: the source span it reads and, per output pixel,
+the centre and the bounds of its taps. A flip (mirror after the resize) is the output order
+reversed. The rest is chunking: which samples are decoded in one call and resampled in
 one pair of batched matrix products, so that the memory either takes stays under its budget.
 """
 
@@ -148,13 +149,14 @@ def chunk_params(chunk: Sequence[Window], out: tuple[int, int]) -> np.ndarray:
     return params
 
 
-def decode_groups(rows: Sequence[int], full_sizes: np.ndarray, max_bytes: int) -> list[list[int]]:
-    """``rows`` in order, grouped so that each group's full-resolution RGB images (height x width x 3
-    bytes each) stay under ``max_bytes`` (a group holds at least one): one decoder call each."""
+def decode_groups(rows: Sequence[int], sizes: np.ndarray, max_bytes: int) -> list[list[int]]:
+    """``rows`` in order, grouped so that each group's decoded RGB pixels (``sizes[row]``: int (height, width)
+    of what is decoded, a region or the whole image; 3 bytes a pixel) stay under ``max_bytes`` (a group holds
+    at least one): one decoder call each."""
     groups: list[list[int]] = []
     total = 0
     for row in rows:
-        height, width = (int(v) for v in full_sizes[row])
+        height, width = (int(v) for v in sizes[row])
         size = 3 * height * width
         if groups and total + size <= max_bytes:
             groups[-1].append(row)

@@ -1,6 +1,7 @@
 """Batched crop + resize on the device: decoded images -> uint8 [k, height, width, 3], Pillow's filters.
 
-Per chunk of samples (``geometry.resample_chunks``): each sample's window is copied (averaged
+Per chunk of samples (``geometry.resample_chunks``): each sample's window (decoded as a region,
+or cropped from the whole image) is copied (averaged
 in n x n blocks first where the CPU path decodes at 1/n) into one float32 [k, 3, rows, cols]
 buffer, zero-padded; the filter weights of both axes are built on the device from one small
 parameter array (``geometry.chunk_params``, one host-to-device copy from pinned memory); then
@@ -80,12 +81,13 @@ def _round_8bit(values: torch.Tensor) -> torch.Tensor:
 
 def _gather_sources(images: Mapping[int, torch.Tensor], chunk: Sequence[Window],
                     device: torch.device) -> torch.Tensor:
-    """float32 [k, 3, rows, cols]: each window's pixels, block-averaged at its scale, zero-padded."""
+    """float32 [k, 3, rows, cols]: each window's pixels (``images[row]``: uint8 [3, bottom - top, right - left]),
+    block-averaged at its scale, zero-padded."""
     rows = max(w.y.span for w in chunk)
     cols = max(w.x.span for w in chunk)
     sources = torch.zeros((len(chunk), 3, rows, cols), dtype=torch.float32, device=device)
     for k, window in enumerate(chunk):
-        pixels = images[window.row][:, window.top:window.bottom, window.left:window.right]
+        pixels = images[window.row]
         if window.scale > 1:
             # ceil_mode with no padding averages an edge block over the pixels it has, as libjpeg's scaled
             # IDCT does over the edge-replicated block the encoder made.
@@ -96,8 +98,8 @@ def _gather_sources(images: Mapping[int, torch.Tensor], chunk: Sequence[Window],
 
 def resample_chunk(images: Mapping[int, torch.Tensor], chunk: Sequence[Window], out: tuple[int, int],
                    interpolation: Interpolation, device: torch.device) -> torch.Tensor:
-    """uint8 [k, out_h, out_w, 3] on ``device``: each window of ``chunk`` (``images[row]``: uint8 [3, H, W]
-    on ``device``) resized to out (height, width), in the chunk's order."""
+    """uint8 [k, out_h, out_w, 3] on ``device``: each window of ``chunk`` (``images[row]``: its pixels, uint8
+    [3, bottom - top, right - left] on ``device``) resized to out (height, width), in the chunk's order."""
     sources = _gather_sources(images, chunk, device)
     params = host_to_device(chunk_params(chunk, out), device)
     out_h, out_w = out

@@ -20,8 +20,9 @@
    no epoch boundary falls inside the timed window. Feeds: ``ours_feed``
    (``loaders.DataLoader(device=...)`` over shards) and, for ``tools.suites.device.device_suite``,
    ``stock_feed`` (torch's DataLoader over raw files with float32 transforms).
-4. JPEG decode: Pillow on every core (full, and the loader's crop decode) vs
-   ``torchvision.io.decode_jpeg`` batched on the GPU, when importable with CUDA.
+4. JPEG decode: Pillow on every core (full, and the loader's crop decode) vs the loader's
+   ``decode="device"`` (nvImageCodec: hardware, GPU and hybrid backends, region and whole-image
+   decode) and ``torchvision.io.decode_jpeg`` batched, where torchvision imports; on CUDA.
 
 Without ``--shards``, synthetic images (``dataprep.synthetic``) are sharded by
 ``python -m dataprep.cli shard`` into a temporary directory, used by parts 3 and 4.
@@ -41,7 +42,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import importlib.util
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -69,7 +69,8 @@ def record(text: str, results: dict[str, Any], argv: Sequence[str]) -> None:
     """Append a dated section to tools/RESULTS.md: the GPU, torch / CUDA / cuDNN versions,
     the command, and the tables."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    versions = ", ".join(f"{name} {results.get(name) or '-'}" for name in ("torch", "cuda", "cudnn", "torchvision"))
+    names = ("torch", "cuda", "cudnn", "nvimgcodec", "torchvision")
+    versions = ", ".join(f"{name} {results.get(name) or '-'}" for name in names)
     command = " ".join(["python -m tools.gpu.gpu_bench", *argv])
     with open(RESULTS_MD, "a", encoding="utf-8") as f:
         f.write(f"\n## gpu_bench, {stamp}, {results['device']}\n\n{versions}; `{command}`\n\n```\n{text}\n```\n")
@@ -131,7 +132,7 @@ def _run_shard_parts(shards: Path | None, device: torch.device, sizes: Sizes, pa
     """Parts 3 and 4 (those in ``parts``) over ``shards``, or over synthetic shards made for them."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="gpu_bench_") as tmp:
-        wants_decode = 4 in parts and device.type == "cuda" and importlib.util.find_spec("torchvision") is not None
+        wants_decode = 4 in parts and device.type == "cuda"
         why_not = None
         if shards is None and (3 in parts or wants_decode):
             try:

@@ -54,21 +54,25 @@ def render_end_to_end(e2e: dict[str, Any], title: str) -> str:
 def render_decode(decode: dict[str, Any], title: str) -> str:
     if "skipped" in decode:
         return f"{title}: skipped ({decode['skipped']})"
-    rows = [[f"CPU Pillow full decode, {decode['threads']} threads", decode["cpu_full_img_s"]],
-            [f"CPU loader crop decode, {decode['threads']} threads", decode["cpu_loader_crop_img_s"]],
-            ["GPU decode_jpeg, batched", decode.get("gpu_full_img_s")],
-            ["GPU decode_jpeg + resize", decode.get("gpu_resize_img_s")],
-            [f"loader decode='device' + crop + resize ({decode.get('device_decoder', 'n/a')})",
-             decode.get("device_crop_img_s")]]
-    notes = [f"GPU: {decode['gpu_skipped']}"] if "gpu_skipped" in decode else []
+    rows = [[f"CPU Pillow full decode, {decode['threads']} threads", decode["cpu_full_img_s"], None, None, None],
+            [f"CPU loader crop decode (the CPU path), {decode['threads']} threads", decode["cpu_loader_crop_img_s"],
+             1.0, None, None]]
+    for row in decode.get("device_variants", ()):
+        how = "region" if row["regions"] else "whole image"
+        name = f"decode='device', {row.get('decoder') or row['backend']}, {how} + crop + resize"
+        rows.append([name, row.get("img_s"), row.get("vs_cpu_crop"), row.get("decode_only_img_s"),
+                     row.get("skipped") or f"{row['mad_mean']:.2f} (worst {row['mad_worst']:.2f})"])
+    rows += [["torchvision decode_jpeg, batched (GPU)", decode.get("gpu_full_img_s"), None, None, None],
+             ["torchvision decode_jpeg + resize (GPU)", decode.get("gpu_resize_img_s"), None, None, None]]
+    notes = [f"torchvision: {decode['gpu_skipped']}"] if "gpu_skipped" in decode else []
     if "device_skipped" in decode:
         notes.append(f"decode='device': {decode['device_skipped']}")
     if "device_vs_cpu_crop" in decode:
-        notes.append(f"decode='device' {decode['device_vs_cpu_crop']:.2f}x the CPU crop path (target >= 5x), "
-                     f"{decode['device_mad_mean']:.2f} levels from its pixels (worst image "
-                     f"{decode['device_mad_worst']:.2f})")
+        notes.append(f"decode='device' as it runs ({decode['device_decoder']}, region) "
+                     f"{decode['device_vs_cpu_crop']:.2f}x the CPU crop path (target >= 5x on a GPU)")
     note = f" ({'; '.join(notes)})" if notes else ""
-    return format_table(["decoder", "img/s"], rows,
+    return format_table(["decoder", "img/s", "x CPU path", "decoder call alone, img/s", "levels from the CPU path"],
+                        rows,
                         title=f"{title}: {decode['images']} JPEGs, mean {decode['mean_kib']:.0f} KiB{note}")
 
 

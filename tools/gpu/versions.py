@@ -1,4 +1,4 @@
-"""The versions a GPU measurement depends on: torch, its CUDA build, cuDNN, torchvision."""
+"""The versions a GPU measurement depends on: torch, its CUDA build, cuDNN, nvImageCodec, torchvision."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ import torch
 
 
 def versions(device: torch.device) -> dict[str, Any]:
-    """torch, CUDA (the build's), cuDNN and torchvision versions; None where absent."""
+    """torch, CUDA (the build's), cuDNN, nvImageCodec and torchvision versions; None where absent."""
     try:
         import torchvision
-    except ImportError:
+    except (ImportError, RuntimeError, OSError):  # a wheel built for another torch fails in its C ops
         vision = None
     else:
         vision = torchvision.__version__
+    try:
+        from nvidia import nvimgcodec
+    except (ImportError, OSError):
+        codec = None
+    else:
+        codec = nvimgcodec.__version__
     cuda = device.type == "cuda"
     return {"torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
-            "cudnn": torch.backends.cudnn.version() if cuda else None, "torchvision": vision}
+            "cudnn": torch.backends.cudnn.version() if cuda else None, "nvimgcodec": codec, "torchvision": vision}

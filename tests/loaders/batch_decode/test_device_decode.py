@@ -1,17 +1,20 @@
-"""``DeviceDecode`` on the CPU (the host decoder): the CPU path's pixels within the stated tolerance, the worker's
-and the host's decodes counted and exact, failures returned, memory budgets that change nothing but the chunks.
+"""``DeviceDecode`` on the CPU (nvImageCodec's CPU backend, the code path CUDA runs with another backend): the CPU
+path's pixels within the stated tolerance, each JPEG decoded only in its crop's window (the same pixels as a whole
+decode), the worker's and the host's decodes counted and exact, failures returned, memory budgets that change
+nothing but the chunks, the decoder made on first use and released by ``close()``.
 
 The tolerance, in 8-bit input levels, and why: the CPU path decodes a crop at libjpeg's DCT scale 1/n
 (n = 1, 2, 4, 8: the smallest image that still covers the output) and resizes that with Pillow; the device
-path decodes the whole image (nvJPEG has no scaled decode), averages n x n blocks and resizes with Pillow's
-own filter taps in float. Where n = 1 the two differ only by Pillow's fixed-point taps: at most a level on
-rare pixels. Where n > 1 a block average is not libjpeg's scaled IDCT (a truncated DCT), so edges differ:
-the mean absolute difference per image stays under ``MAD_PER_IMAGE``, under ``MAD_ALL`` over a set, though
-single pixels on edges move further (``MAX_PIXEL``). Measured (``_photos(60)``: photo-like JPEGs from 85x64
-to 1600x1200, 4:2:0, 4:2:2, 4:4:4 and grey; Pillow-SIMD 12.1.1 and stock Pillow 13.0 alike): mean 0.16
-(random crop 224), 0.18 (centre crop 224), 0.31 (bicubic 160x128); worst image 1.06; worst pixel 23;
-images decoded at full scale by the CPU path: at most 0.014. The GPU's IDCT (nvJPEG's, not libjpeg's)
-adds its own rounding: test_nvjpeg.py allows half a level more, the device suite records it.
+path decodes the crop's window at full size (nvImageCodec has no scaled decode), averages n x n blocks and
+resizes with Pillow's own filter taps in float. Where n = 1 the two differ only by Pillow's fixed-point taps:
+at most a level on rare pixels. Where n > 1 a block average is not libjpeg's scaled IDCT (a truncated DCT), so
+edges differ: the mean absolute difference per image stays under ``MAD_PER_IMAGE``, under ``MAD_ALL`` over a
+set, though single pixels on edges move further (``MAX_PIXEL``). Measured (``_photos(60)``: photo-like JPEGs from 85x64
+to 1600x1200, 4:2:0, 4:2:2, 4:4:4 and grey) with nvImageCodec 0.9's CPU backend and Pillow-SIMD 12.1.1: mean
+0.16 (random crop 224), 0.18 (centre crop 224), 0.31 (bicubic 160x128); worst image 1.06; worst pixel 23;
+images decoded at full scale by the CPU path: at most 0.014 (the host decoder it replaced gave the same, with
+stock Pillow 13.0 too). The GPU's IDCT (nvJPEG's, not libjpeg's) adds its own rounding:
+test_device_decode_cuda.py allows half a level more, the device suite records it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ import numpy as np
 import pytest
 import torch
 
-from loaders.batch_decode import DecodeLimits, DeviceDecode, EncodedBatch, HostDecoder, pack_encoded
+from loaders.batch_decode import (
+    DecodeBackend,
+    DecodeLimits,
+    DeviceDecode,
+    EncodedBatch,
+    NvImageCodecDecoder,
+    pack_encoded,
+)
 from loaders.errors import ConfigError, SampleError
 from loaders.read.decode import dct_scale_for
 from loaders.read.decode_plan import planning
@@ -45,6 +55,10 @@ TRANSFORMS: dict[str, Callable[[], Any]] = {
 }
 
 
+def _cpu_decoder() -> NvImageCodecDecoder:
+    return NvImageCodecDecoder(CPU, DecodeBackend.CPU)
+
+
 def _plain(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype)
 
@@ -57,13 +71,14 @@ def _photos(count: int) -> list[bytes]:
 
 def _both(transform: Any, images: list[bytes], decoder: DeviceDecode | None = None
           ) -> tuple[list[np.ndarray], np.ndarray, EncodedBatch]:
-    """The CPU path's images and the device path's batch (host decoder) for ``images``, rng seeded per sample."""
+    """The CPU path's images and the device path's batch (nvImageCodec, CPU) for ``images``, rng seeded per
+    sample."""
     samples = [{"__key__": f"k{i}", "__index__": i, "jpg": data} for i, data in enumerate(images)]
     cpu = [transform(dict(s), np.random.default_rng(i))["image"] for i, s in enumerate(samples)]
     with planning():
         plans = [transform(dict(s), np.random.default_rng(i))["image"] for i, s in enumerate(samples)]
     encoded = pack_encoded(plans, _plain)
-    decoder = decoder or DeviceDecode(CPU, HostDecoder(threads=2))
+    decoder = decoder or DeviceDecode(CPU, _cpu_decoder())
     out, failures = decoder.decode_field(encoded)
     assert failures == []
     return cpu, out.numpy(), encoded
@@ -96,7 +111,7 @@ def test_a_whole_image_decodes_to_the_cpu_paths_pixels() -> None:
 def test_what_the_worker_decoded_lands_in_its_rows_and_is_counted_by_reason() -> None:
     flavours = image_flavours()
     names = ["baseline", "png", "progressive", "cmyk", "webp", "gray", "444"]
-    decoder = DeviceDecode(CPU, HostDecoder(threads=2))
+    decoder = DeviceDecode(CPU, _cpu_decoder())
     cpu, device, encoded = _both(RandomResizedCropDecode(48), [flavours[n] for n in names], decoder)
     assert encoded.fallback_rows.tolist() == [1, 3, 4] and encoded.reasons == ("png", "cmyk", "webp")
     for row in (1, 3, 4):  # decoded by the CPU path itself, in the worker
@@ -106,15 +121,28 @@ def test_what_the_worker_decoded_lands_in_its_rows_and_is_counted_by_reason() ->
     assert counts.worker_reasons == {"png": 1, "cmyk": 1, "webp": 1}
 
 
-def test_a_jpeg_the_batch_decoder_refuses_is_decoded_on_the_host_by_the_cpu_path() -> None:
-    flavours = image_flavours()
-    decoder = DeviceDecode(CPU, HostDecoder(threads=2))
-    images = [flavours["baseline"], flavours["bad_scan"], flavours["progressive"]]
+def test_a_jpeg_the_batch_decoder_returns_no_image_for_is_decoded_on_the_host_by_the_cpu_path() -> None:
+    class Refusing(NvImageCodecDecoder):  # as nvImageCodec answers for an image no backend of it takes
+        def decode(self, encoded: Any, regions: Any) -> list[torch.Tensor | None]:
+            return [None if k == 1 else image for k, image in enumerate(super().decode(encoded, regions))]
+
+    decoder = DeviceDecode(CPU, Refusing(CPU, DecodeBackend.CPU))
+    images = [photo_jpeg(96, 128, seed=k, subsampling=k) for k in range(3)]
     cpu, device, _ = _both(RandomResizedCropDecode(48), images, decoder)
-    assert np.array_equal(device[1], cpu[1])  # Pillow's decode of the damaged scan, as the CPU path gives it
+    assert np.array_equal(device[1], cpu[1])  # the CPU path's own pixels
     assert level_difference(device[0], cpu[0]) <= MAD_PER_IMAGE and level_difference(device[2], cpu[2]) <= MAD_PER_IMAGE
     counts = decoder.counts()
     assert (counts.device, counts.host_retried, counts.failed) == (2, 1, 0)
+
+
+def test_a_damaged_scan_decodes_on_the_cpu_backend_as_the_cpu_path_decodes_it() -> None:
+    # libjpeg-turbo in nvImageCodec recovers from a scrambled scan as Pillow's libjpeg does (a strict decoder
+    # would refuse it and the host would redo it): the CPU path's garbage, within the tolerance.
+    flavours = image_flavours(240, 320)
+    decoder = DeviceDecode(CPU, _cpu_decoder())
+    cpu, device, _ = _both(RandomResizedCropDecode(48), [flavours["baseline"], flavours["bad_scan"]], decoder)
+    assert all(level_difference(c, d) <= MAD_PER_IMAGE for c, d in zip(cpu, device))
+    assert (decoder.counts().device, decoder.counts().host_retried) == (2, 0)
 
 
 def test_a_sample_no_decoder_can_decode_is_returned_with_the_cpu_paths_error() -> None:
@@ -123,7 +151,7 @@ def test_a_sample_no_decoder_can_decode_is_returned_with_the_cpu_paths_error() -
     with planning():
         plans = [transform({"__key__": f"k{i}", "__index__": 10 + i, "jpg": data}, np.random.default_rng(i))["image"]
                  for i, data in enumerate([flavours["baseline"], flavours["broken_progressive"]])]
-    decoder = DeviceDecode(CPU, HostDecoder(threads=2))
+    decoder = DeviceDecode(CPU, _cpu_decoder())
     out, failures = decoder.decode_field(pack_encoded(plans, _plain))
     assert out.shape == (2, 48, 48, 3)
     assert [(f.row, f.index) for f in failures] == [(1, 11)]
@@ -131,19 +159,26 @@ def test_a_sample_no_decoder_can_decode_is_returned_with_the_cpu_paths_error() -
     assert decoder.counts().failed == 1
 
 
+class _Recording(NvImageCodecDecoder):
+    """nvImageCodec's CPU backend, keeping the regions asked of it, call by call."""
+
+    def __init__(self) -> None:
+        super().__init__(CPU, DecodeBackend.CPU)
+        self.calls: list[list[Any]] = []
+
+    def decode(self, encoded: Any, regions: Any) -> list[torch.Tensor | None]:
+        self.calls.append(list(regions))
+        return super().decode(encoded, regions)
+
+
 def test_tight_memory_budgets_change_the_calls_not_the_pixels(photos: list[bytes]) -> None:
-    calls: list[int] = []
-
-    class Counting(HostDecoder):
-        def decode(self, encoded: Any) -> list[torch.Tensor]:
-            calls.append(len(encoded))
-            return super().decode(encoded)
-
-    _, roomy, _ = _both(RandomResizedCropDecode(64), photos, DeviceDecode(CPU, Counting(threads=2)))
-    assert calls == [len(photos)]  # the whole batch in one decoder call
-    calls.clear()
-    tight = DeviceDecode(CPU, Counting(threads=2), DecodeLimits(max_decoded_bytes=1 << 20, max_work_bytes=1 << 20))
+    roomy_decoder, tight_decoder = _Recording(), _Recording()
+    _, roomy, _ = _both(RandomResizedCropDecode(64), photos, DeviceDecode(CPU, roomy_decoder))
+    assert [len(call) for call in roomy_decoder.calls] == [len(photos)]  # the whole batch in one decoder call
+    limits = DecodeLimits(max_decoded_bytes=1 << 20, max_work_bytes=1 << 20)
+    tight = DeviceDecode(CPU, tight_decoder, limits, regions=False)  # whole images: 1 MiB groups
     _, chunked, _ = _both(RandomResizedCropDecode(64), photos, tight)
+    calls = [len(call) for call in tight_decoder.calls]
     assert len(calls) > 1 and sum(calls) == len(photos)
     assert np.array_equal(roomy, chunked)
 
@@ -155,7 +190,7 @@ def test_every_encoded_field_of_a_nested_batch_is_decoded() -> None:
     encoded = pack_encoded(plans, _plain)
     labels = torch.arange(3)
     batch = {"image": encoded, "pair": [encoded, labels], "meta": {"keys": ["a", "b", "c"]}}
-    decoded, failures = DeviceDecode(CPU, HostDecoder(threads=2)).decode(batch)
+    decoded, failures = DeviceDecode(CPU, _cpu_decoder()).decode(batch)
     assert failures == [] and decoded["meta"] == {"keys": ["a", "b", "c"]} and decoded["pair"][1] is labels
     assert decoded["image"].shape == (3, 60, 80, 3) and decoded["image"].dtype == torch.uint8
     assert torch.equal(decoded["image"], decoded["pair"][0])
@@ -182,12 +217,48 @@ def test_limits_are_checked(value: object) -> None:
 
 
 def test_an_image_decoded_at_another_size_than_its_header_says_is_redone_by_the_cpu_path() -> None:
-    class Clipping(HostDecoder):  # a decoder that returns the second image short of a row
-        def decode(self, encoded: Any) -> list[torch.Tensor]:
-            images = super().decode(encoded)
-            return [image[:, :-1] if len(images) > 1 and k == 1 else image for k, image in enumerate(images)]
+    class Clipping(NvImageCodecDecoder):  # a decoder that returns the second image short of a row
+        def decode(self, encoded: Any, regions: Any) -> list[torch.Tensor | None]:
+            images = super().decode(encoded, regions)
+            return [image[:, :-1] if image is not None and len(images) > 1 and k == 1 else image
+                    for k, image in enumerate(images)]
 
-    decoder = DeviceDecode(CPU, Clipping(threads=2))
+    decoder = DeviceDecode(CPU, Clipping(CPU, DecodeBackend.CPU))
     cpu, device, _ = _both(RandomResizedCropDecode(48), [photo_jpeg(96, 128, seed=k) for k in range(3)], decoder)
     assert np.array_equal(device[1], cpu[1])
     assert (decoder.counts().device, decoder.counts().host_retried) == (2, 1)
+
+
+def test_each_jpeg_is_decoded_only_in_its_crops_window_with_a_whole_decodes_pixels(photos: list[bytes]) -> None:
+    limits = DecodeLimits(max_decoded_bytes=16 << 20)  # the windows: 14.5 MiB, the whole images: 28.3
+    windowed_decoder, whole_decoder = _Recording(), _Recording()
+    _, windowed, encoded = _both(RandomResizedCropDecode(64), photos, DeviceDecode(CPU, windowed_decoder, limits))
+    _, whole, _ = _both(RandomResizedCropDecode(64), photos, DeviceDecode(CPU, whole_decoder, limits, regions=False))
+    assert np.array_equal(windowed, whole)  # a region decodes to the same pixels as that crop of the whole image
+    assert all(r is None for call in whole_decoder.calls for r in call)
+    # the windows fit one call where the whole images do not
+    assert len(windowed_decoder.calls) == 1 and len(whole_decoder.calls) == 2
+    regions = windowed_decoder.calls[0]
+    assert len(regions) == len(photos)
+    for (top, left, bottom, right), (height, width), box, scale in zip(regions, encoded.full_sizes, encoded.boxes,
+                                                                       encoded.scales):
+        box_left, box_top, box_w, box_h = box
+        assert 0 <= top <= box_top and 0 <= left <= box_left  # the region holds the crop box...
+        assert box_top + box_h <= bottom <= height and box_left + box_w <= right <= width
+        assert top % scale == 0 and left % scale == 0  # ...aligned with the DCT blocks of the CPU path's scale
+    areas = [(bottom - top) * (right - left) / (height * width)
+             for (top, left, bottom, right), (height, width) in zip(regions, encoded.full_sizes)]
+    assert np.mean(areas) < 0.75  # random crops: most of each image is never decoded
+
+
+def test_the_decoder_is_made_on_first_use_and_released_by_close() -> None:
+    decoder = _cpu_decoder()
+    device = DeviceDecode(CPU, decoder)
+    assert not decoder.is_open  # constructors make nothing
+    _both(DecodeImage(), [photo_jpeg(60, 80, seed=1)], device)
+    assert decoder.is_open
+    device.close()
+    assert not decoder.is_open
+    _, again, _ = _both(DecodeImage(), [photo_jpeg(60, 80, seed=1)], device)  # a later call makes it anew
+    assert decoder.is_open and again.shape == (1, 60, 80, 3)
+    device.close()

@@ -1,4 +1,5 @@
-"""The batched crop + resize: Pillow's own filters, computed in tensor ops; chunks and decoder calls under budgets."""
+"""The batched crop + resize: Pillow's own filters, computed in tensor ops on each window's decoded region; chunks
+and decoder calls under budgets."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from PIL import Image
 
 from loaders.batch_decode.geometry import (
+    Window,
     decode_groups,
     resample_chunks,
     window_for,
@@ -32,11 +34,16 @@ def _pillow(pixels: np.ndarray, box: tuple[float, ...], out: tuple[int, int], in
     return array[:, ::-1] if flip else array
 
 
+def _region_of(image: torch.Tensor, window: Window) -> torch.Tensor:
+    """What the decoder hands ``resample_chunk`` for ``window``: its region of ``image`` (uint8 [3, H, W])."""
+    return image[:, window.top:window.bottom, window.left:window.right]
+
+
 def _ours(pixels: np.ndarray, box: tuple[float, ...], out: tuple[int, int], interpolation: Interpolation,
           flip: bool = False) -> np.ndarray:
     image = torch.from_numpy(pixels).permute(2, 0, 1)
     window = window_for(0, pixels.shape[:2], box, 1, flip, out, interpolation)
-    return resample_chunk({0: image}, [window], out, interpolation, CPU)[0].numpy()
+    return resample_chunk({0: _region_of(image, window)}, [window], out, interpolation, CPU)[0].numpy()
 
 
 @pytest.mark.parametrize("interpolation", list(Interpolation))
@@ -70,9 +77,10 @@ def test_samples_resized_in_one_chunk_equal_each_alone() -> None:
     boxes = [(0.0, 0.0, 120.0, 90.0), (5.0, 9.0, 60.0, 80.0), (20.5, 1.0, 70.0, 70.0), (0.0, 30.0, 90.0, 100.0)]
     windows = [window_for(row, tuple(images[row].shape[1:]), boxes[row], 1 + row % 2, row == 2, (32, 40),
                           Interpolation.BILINEAR) for row in range(4)]
-    together = resample_chunk(images, windows, (32, 40), Interpolation.BILINEAR, CPU)
+    regions = {w.row: _region_of(images[w.row], w) for w in windows}
+    together = resample_chunk(regions, windows, (32, 40), Interpolation.BILINEAR, CPU)
     for k, window in enumerate(windows):
-        alone = resample_chunk(images, [window], (32, 40), Interpolation.BILINEAR, CPU)
+        alone = resample_chunk(regions, [window], (32, 40), Interpolation.BILINEAR, CPU)
         assert torch.equal(together[k], alone[0])
 
 

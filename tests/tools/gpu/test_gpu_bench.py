@@ -14,6 +14,7 @@ from tools.gpu.decode import jpegs_in, measure_decode
 from tools.gpu.end_to_end import measure_end_to_end, run_fed
 from tools.gpu.feeds import Feed, cycled_indices, stock_feed
 from tools.gpu.h2d import link_info, measure_h2d, pcie_peak_gb_s
+from tools.gpu.render import render_decode
 from tools.gpu.resnet import resnet18, resnet50
 from tools.gpu.train_step import SMOKE
 
@@ -199,15 +200,26 @@ def test_stock_feed_yields_normalised_float_batches_from_raw_files(sharded: tupl
     assert float(images.float().min()) < 0 < float(images.float().max())  # normalised, not 0..1
 
 
-def test_decode_on_the_cpu_measures_both_cpu_paths_and_skips_the_gpu(sharded: tuple[Path, Path]) -> None:
+def test_decode_on_the_cpu_measures_the_cpu_path_and_nvimgcodecs_cpu_backend_side_by_side(
+        sharded: tuple[Path, Path]) -> None:
     _, shards = sharded
     jpegs = jpegs_in(shards, 6)
     assert len(jpegs) == 6 and all(j[:2] == b"\xff\xd8" for j in jpegs)
     out = measure_decode(torch.device("cpu"), jpegs, threads=2, side=32)
     assert out["cpu_full_img_s"] > 0 and out["cpu_loader_crop_img_s"] > 0 and out["gpu_skipped"] == "no CUDA device"
-    # decode="device" on the CPU: the host decoder, and how far its pixels are from the CPU path's.
-    assert out["device_crop_img_s"] > 0 and out["device_decoder"].startswith("host")
+    # decode="device" on the CPU: nvImageCodec's CPU backend, region and whole-image decode, as one table's rows.
+    rows = {(r["backend"], r["regions"]): r for r in out["device_variants"]}
+    assert set(rows) == {("cpu", True), ("cpu", False)}
+    for row in rows.values():
+        assert row["decoder"].startswith("nvImageCodec 0.") and row["decoder"].endswith(", CPU")
+        assert row["img_s"] > 0 and row["vs_cpu_crop"] == row["img_s"] / out["cpu_loader_crop_img_s"]
+        assert row["decode_only_img_s"] > 0
+        assert 0 <= row["mad_mean"] <= row["mad_worst"] <= 1.5 and row["host_retried"] == 0
+    assert rows["cpu", True]["mad_mean"] == rows["cpu", False]["mad_mean"]  # a region's pixels are the whole's
+    default = rows["cpu", True]  # what decode="device" runs
+    assert out["device_crop_img_s"] == default["img_s"] and out["device_decoder"] == default["decoder"]
     assert out["device_vs_cpu_crop"] == out["device_crop_img_s"] / out["cpu_loader_crop_img_s"]
-    assert 0 <= out["device_mad_mean"] <= out["device_mad_worst"] <= 1.5
+    table = render_decode(out, "decode")
+    assert "nvImageCodec" in table and "region + crop" in table and "whole image + crop" in table
     none = measure_decode(torch.device("cpu"), [], threads=2, side=32)
     assert none == {"skipped": "no JPEG images to decode"}

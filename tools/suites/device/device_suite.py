@@ -7,16 +7,18 @@
     python -m tools.suites.device.device_suite --render DIR              # the tables of a finished run, from its JSON
 
 Part 1 (about 4 minutes on one H100 with 16 cores):
-  env        device name, torch / CUDA / cuDNN / torchvision versions, nvidia-smi, cores
+  env        device name, torch / CUDA / cuDNN / nvImageCodec / torchvision versions, nvidia-smi, cores
   pytest     ``pytest -m gpu`` over the whole suite with CUDA_LAUNCH_BLOCKING=0: junit XML
              (pytest_gpu.xml) and log (pytest_gpu.log) in OUT; counts and failures in the JSON
   h2d        uint8 and float32 [256, 224, 224, 3] host-to-device copies, pinned vs pageable,
              GB/s and % of the PCIe link's theoretical peak (nvidia-smi's max gen x width)
   augment    ``Augment`` per batch as a share of one ResNet-50 step (bf16, channels_last, 256)
-  decode     JPEG decode: Pillow on every core vs ``torchvision.io.decode_jpeg`` batched on
-             the GPU, over raw images and over ``--resize-short 256`` shards, and the loader's
-             ``decode="device"`` (decode + crop + resize to 224 on the device; target >= 5x the
-             CPU crop path) with its distance from the CPU path's pixels
+  decode     JPEG decode over raw images and over ``--resize-short 256`` shards: the CPU path on
+             every core vs the loader's ``decode="device"`` (decode + crop + resize to 224 on the
+             device; target >= 5x the CPU crop path) with nvImageCodec's hardware, GPU and hybrid
+             backends each alone, each JPEG decoded in its crop's region and whole, with the
+             distance from the CPU path's pixels; and ``torchvision.io.decode_jpeg`` batched where
+             torchvision imports: the rows the default backend and region decode are picked from
 Part 2 (about 6 minutes):
   data       synthetic ImageNet-like raw tree (``dataprep.synthetic``), sharded as is and
              pre-resized (``dataprep shard --resize-short 256``)
@@ -95,7 +97,7 @@ PARTS = {"1": ("env", "pytest", "h2d", "augment", "decode"),
 GPU_TEST_FILES = ("tests/loaders/loader/test_cuda_correctness.py", "tests/loaders/loader/test_collate.py",
                   "tests/loaders/loader/test_buffers.py", "tests/loaders/loader/test_prefetch.py",
                   "tests/loaders/augment/test_augment_pipeline.py", "tests/loaders/tokens/test_loader_source.py",
-                  "tests/tools/gpu/test_gpu_bench.py", "tests/loaders/batch_decode/test_nvjpeg.py")
+                  "tests/tools/gpu/test_gpu_bench.py", "tests/loaders/batch_decode/test_device_decode_cuda.py")
 FULL = Plan(bench=dataclasses.replace(BENCH_FULL, steps=30), raw_images=4096, decode_images=512,
             e2e_workers=(4, 8, 16), device_decode_workers=(4, 8), cpu_decode_workers=(16,),
             scale_workers=(1, 2, 4, 8, 16), writer_processes=(2, 4, 8), writer_workers=(1, 4, 8, 16),
@@ -228,7 +230,8 @@ def render_saved(directory: Path) -> str:
             raise ToolError(f"{path}: not a {TOOL} document ({type(err).__name__}: {err})") from err
         env = steps.get("env", {}).get("result", {})
         head = (f"# {path.name}: {env.get('device', '?')}; torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-                f"cuDNN {env.get('cudnn')}, torchvision {env.get('torchvision')}; "
+                f"cuDNN {env.get('cudnn')}, nvImageCodec {env.get('nvimgcodec')}, "
+                f"torchvision {env.get('torchvision')}; "
                 f"`{' '.join(document.get('argv', []))}`")
         rendered = []
         for name, record in steps.items():

@@ -42,7 +42,8 @@ def step_augment(suite: Suite) -> dict[str, Any]:
 
 
 def step_decode(suite: Suite) -> dict[str, Any]:
-    """Decode rates over raw JPEGs and over the same images pre-resized by ``dataprep shard``."""
+    """Decode rates over raw JPEGs and over the same images pre-resized by ``dataprep shard``: the CPU path, each
+    nvImageCodec backend of the device with region and whole-image decode, torchvision where it imports."""
     raw = make_raw_images(suite.scratch / "decode-raw", suite.plan.decode_images)
     resized = shard(raw, suite.scratch / "decode-r256", resize_short=256)
     threads = cpus_available()
@@ -123,5 +124,5 @@ def step_end_to_end_decode(suite: Suite) -> dict[str, Any]:
         partial["models"][model] = results
     if device.type != "cuda":
         partial["not_measured"] = {"gpu_idle_fraction": "CUDA events need a CUDA device",
-                                   "nvjpeg": "decode='device' ran the host decoder (no CUDA)"}
+                                   "decode_device": "decode='device' ran nvImageCodec's CPU backend (no CUDA)"}
     return partial
