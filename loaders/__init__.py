@@ -20,6 +20,7 @@ from loaders.errors import (
     WorkerLostError,
 )
 from loaders.loader.dataloader import DataLoader
+from loaders.loader.loader_stats import LoaderStats, TuningDecision
 from loaders.loader.prefetch import DevicePrefetcher, to_device
 from loaders.read.datasets import ParquetShardDataset, ShardDataset
 from loaders.read.order import OrderMode, sample_rng, sample_seed
@@ -38,6 +39,7 @@ __all__ = [
     "DecodeLabel",
     "DevicePrefetcher",
     "LoaderError",
+    "LoaderStats",
     "Mixture",
     "OrderMode",
     "ParquetShardDataset",
@@ -50,6 +52,7 @@ __all__ = [
     "SkipBudgetError",
     "TokenDataset",
     "Topology",
+    "TuningDecision",
     "UnsendableBatchError",
     "WorkerError",
     "WorkerLostError",

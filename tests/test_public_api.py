@@ -14,12 +14,14 @@ PUBLIC = {
     ],
     "loaders": [
         "BatchShapeError", "CenterCropDecode", "Compose", "ConfigError", "DataLoader", "DecodeImage", "DecodeLabel",
-        "DevicePrefetcher", "LoaderError", "Mixture", "OrderMode", "ParquetShardDataset", "RandomResizedCropDecode",
-        "SampleError", "SampleIndex", "ShardDataset", "ShardError", "ShardSampler", "SkipBudgetError", "TokenDataset",
-        "Topology",
+        "DevicePrefetcher", "LoaderError", "LoaderStats", "Mixture", "OrderMode", "ParquetShardDataset",
+        "RandomResizedCropDecode", "SampleError", "SampleIndex", "ShardDataset", "ShardError", "ShardSampler",
+        "SkipBudgetError", "TokenDataset",
+        "Topology", "TuningDecision",
         "UnsendableBatchError", "WorkerError", "WorkerLostError", "cpus_available", "default_num_workers",
         "sample_rng", "sample_seed", "to_device",
     ],
+    "loaders.profiler": ["REPORT_VERSION", "StatsSampler", "Target", "build_report", "main", "profile"],
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,6 +26,7 @@ from loaders.loader.epoch_sync import EpochSync
 from loaders.loader.fetch import Fetched, Skip, fetch_samples
 from loaders.loader.messages import describe_batch, describe_error, portable_error
 from loaders.loader.pinning import pin_nested
+from loaders.loader.stage_timing import BatchTiming
 
 __all__ = ["BatchBuilder", "BatchOutcome", "CollateGuard", "collate_outcome", "failure_error"]
 
@@ -36,7 +38,8 @@ class BatchOutcome:
     epoch, position: which batch (position -1 for iterable datasets). batch: the collated
     batch, or None when every sample was skipped or reading failed. indices: the
     sampler's indices of the batch. skips: samples dropped. failure (with failed_index
-    when known): what the consumer raises. worker_id: who built it.
+    when known): what the consumer raises. worker_id: who built it. timing: seconds spent
+    building it, where it was built (``loaders.loader.stage_timing``).
     """
 
     epoch: int
@@ -48,6 +51,7 @@ class BatchOutcome:
     skips: list[Skip] = field(default_factory=list)
     failure: BaseException | None = None
     failed_index: Any = None
+    timing: BatchTiming | None = None
 
     @classmethod
     def failed(cls, *, epoch: int, position: int, worker_id: int, indices: Any, failure: BaseException | None
@@ -56,8 +60,12 @@ class BatchOutcome:
         return cls(epoch=epoch, position=position, worker_id=worker_id, indices=list(indices), failure=failure)
 
     def pin_memory(self) -> BatchOutcome:
-        """Torch's pin-memory thread calls this: pin the batch, pass the rest through."""
-        return replace(self, batch=pin_nested(self.batch))
+        """Torch's pin-memory thread calls this: pin the batch, pass the rest through (its time in ``timing``)."""
+        start = time.perf_counter()
+        pinned = replace(self, batch=pin_nested(self.batch))
+        if pinned.timing is not None:
+            pinned.timing.pin_s += time.perf_counter() - start
+        return pinned
 
 
 def collate_outcome(fetched: Fetched, collate_fn: Callable[[Any], Any], *, auto_collation: bool,
@@ -67,15 +75,20 @@ def collate_outcome(fetched: Fetched, collate_fn: Callable[[Any], Any], *, auto_
     ``auto_collation=False`` (``batch_size=None``): the batch is ``collate_fn(sample)`` of
     its single sample, as in the stock loader.
     """
+    timing = fetched.timing
     outcome = BatchOutcome(epoch=fetched.epoch, position=fetched.position, worker_id=worker_id,
                            indices=fetched.indices, num_samples=len(fetched.samples), skips=fetched.skips,
-                           failure=fetched.failure, failed_index=fetched.failed_index)
+                           failure=fetched.failure, failed_index=fetched.failed_index, timing=timing)
+    timing.busy_s = timing.dataset_s
     if fetched.failure is not None or not fetched.samples:
         return outcome
+    start = time.perf_counter()
     try:
         outcome.batch = collate_fn(fetched.samples if auto_collation else fetched.samples[0])
     except Exception as err:  # noqa: BLE001 - the collate_fn's own error, handed to the consumer
         outcome.failure = err
+    timing.collate_s = time.perf_counter() - start
+    timing.busy_s += timing.collate_s
     return outcome
 
 

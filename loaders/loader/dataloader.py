@@ -13,7 +13,7 @@ What changes without any other edit:
 - a dataset's own exception class in the training loop, with a note naming worker,
   batch and indices; no silent hangs; ``on_error="skip"`` with a budget;
 - ``device=...``: batches arrive on the device, copied ahead on a side stream;
-- ``decode="device"`` (the default on CUDA where nvJPEG works): JPEGs decode on the device, a batch
+- ``decode="device"`` (the default on CUDA where nvImageCodec decodes): JPEGs decode on the device, a batch
   at a time, the workers only read bytes and draw crops (``loaders.batch_decode``).
 
 This class is a facade: it resolves its arguments once into a frozen
@@ -36,21 +36,23 @@ from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import BatchSampler, default_convert
+from torch.utils.data import BatchSampler
 
 from loaders.batch_decode.choice import DecodeMode
 from loaders.errors import ConfigError
 from loaders.loader.batch_plan import BatchPlan, own_sampler
 from loaders.loader.batch_source import BatchSource, IterableSource, SourceRequest, length_or_none
-from loaders.loader.collate import default_collate
-from loaders.loader.decode_stage import LoaderStats, decode_stage, loader_stats
+from loaders.loader.decode_stage import decode_stage, decode_stats
 from loaders.loader.epoch_pass import Chain, LoaderIterator, Passes
 from loaders.loader.failures import FailurePolicy
+from loaders.loader.global_source import GlobalSource, PositionedData
+from loaders.loader.live import register_live
 from loaders.loader.pool import WorkerPool
 from loaders.loader.progress import KEY_DATASET_LEN, LOADER_KEYS, LOADER_STATE_VERSION, Progress, check_state
 from loaders.state_keys import KEY_BATCH_SIZE, KEY_SEED, KEY_VERSION
-from loaders.loader.sample_source import sample_source
-from loaders.loader.settings import LoaderOptions, LoaderSettings, OnError, WorkerType, default_workers
+from loaders.loader.settings import (LoaderOptions, LoaderSettings, OnError, ProcessWarningOnly, WorkerType,
+                                     default_collate_fn, default_workers)
+from loaders.loader.tuner import KEY_TUNED, LoaderStats, Tuner
 from loaders.read.topology import loader_topology
 from loaders.validate import check_int
 
@@ -61,17 +63,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _default_collate_fn(dataset: Any, *, auto_collation: bool) -> Callable[[Any], Any]:
-    """The collate_fn when the user gives none: with batching, the dataset's declared ``default_collate_fn``
-    (e.g. ``loaders.TokenDataset``'s, which adds ``cu_seqlens``), else ours; without batching torch's
-    ``default_convert``."""
-    if not auto_collation:
-        return default_convert
-    declared = getattr(dataset, "default_collate_fn", None)
-    return declared if callable(declared) else default_collate
-
-
-class DataLoader(torch.utils.data.DataLoader[T]):
+class DataLoader(ProcessWarningOnly, torch.utils.data.DataLoader[T]):
     """``torch.utils.data.DataLoader`` (a subclass) with the same arguments, plus keyword-only options.
 
     Stock arguments keep their meaning, validation (same ValueError/TypeError) and
@@ -84,7 +76,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     collated into pinned memory). Without a sampler, a dataset with a ``batch_source``
     method (``loaders.TokenDataset``, ``loaders.Mixture``) supplies the batches' order and
     the resume state, and ``ShardDataset`` / ``ParquetShardDataset`` are read by global
-    position too (``loaders.loader.sample_source``): every rank the same number of batches,
+    position too (``loaders.loader.global_source``): every rank the same number of batches,
     and a state saved on any rank resumes a job of any ranks x batch size (``order_digest``).
 
     Topology (rank, world size): the dataset's own ``topology`` when it has one (a launcher
@@ -118,13 +110,16 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         run there with each batch's (epoch, batch_index, rank) (``loaders.loader.keyed_transform``).
     decode: "auto" (default), "cpu" or "device". "device": the workers read each JPEG's bytes and
         draw its crop from the sample's keyed rng (exactly the CPU path's draws) without decoding;
-        each batch decodes on ``device`` in one call (CUDA: nvJPEG through torchvision; CPU: the
-        host's threads) and is cropped and resized there in batched kernels, on the side stream,
-        before ``device_transform``; images the device decoder cannot take (PNG, WebP, CMYK...)
-        decode in the worker, counted in ``stats()``. Needs a dataset declaring
-        ``can_defer_decode = True`` (ours, with loaders' decode transforms) and no collate_fn.
+        each batch decodes on ``device`` in one nvImageCodec call, each JPEG only in its crop's
+        region (CUDA: the hardware engine, GPU or hybrid backend; CPU: its CPU backend), then
+        resized there in batched kernels, on the side stream, before ``device_transform``; images
+        the device decoder cannot take (PNG, WebP, CMYK...) decode in the worker, counted in ``stats()``.
+        Needs a dataset declaring ``can_defer_decode = True`` (ours, with loaders' decode transforms)
+        and no collate_fn.
         "auto": "device" where ``device`` is CUDA and all that holds, else "cpu" (the worker
         decodes, today's path). See ``loaders.batch_decode``.
+    autotune: None (on when neither num_workers nor prefetch_factor is given), True or False: tune the worker
+        count, type and prefetch while training (docs/tuning.md); stats_log_s: seconds between ``stats()`` logs.
 
     Epochs: an epoch is one full pass; ``set_epoch(e)`` starts epoch ``e`` (after
     ``load_state_dict`` for the same epoch it keeps the resume). A sampler or batch
@@ -147,10 +142,11 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                  threads_per_worker: int = 1, seed: int | None = None, on_error: str = "raise",
                  max_skips: int | float = 0, device: str | torch.device | None = None,
                  device_transform: Callable[[Any], Any] | None = None, device_prefetch: int = 2,
-                 decode: str = "auto") -> None:
+                 decode: str = "auto", autotune: bool | None = None, stats_log_s: float | None = None) -> None:
         options = LoaderOptions(worker_type=worker_type, threads_per_worker=threads_per_worker, seed=seed,
-                                on_error=on_error, max_skips=max_skips, device=device,
-                                device_transform=device_transform, device_prefetch=device_prefetch, decode=decode)
+                                on_error=on_error, max_skips=max_skips, device=device, stats_log_s=stats_log_s,
+                                device_transform=device_transform, device_prefetch=device_prefetch, decode=decode,
+                                autotune=bool(autotune) if prefetch_factor is not None else autotune)  # given: off
         topology = loader_topology(getattr(dataset, "topology", None))
         workers = default_workers(dataset, topology) if num_workers is None else num_workers
         persistent = isinstance(workers, int) and workers > 0 if persistent_workers is None else persistent_workers
@@ -161,7 +157,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                          prefetch_factor=prefetch_factor, persistent_workers=persistent,
                          pin_memory_device=pin_memory_device, in_order=in_order)
         if collate_fn is None:  # the dataset's declared collate, else ours (into pinned memory; torch's batches)
-            self.collate_fn = _default_collate_fn(dataset, auto_collation=self._auto_collation)
+            self.collate_fn = default_collate_fn(dataset, auto_collation=self._auto_collation)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self._settings = LoaderSettings.resolve(self, options, topology, workers_given=num_workers is not None)
         self._shuffle = bool(shuffle)
@@ -170,20 +166,16 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         self._passes = Passes(self._progress)
         self._chain = Chain(self._settings, self._make_source(), WorkerPool(self._settings),
                             FailurePolicy(self._settings.max_skips, self._settings.worker_kind), self._progress,
-                            decode=decode_stage(self._settings))
+                            decode=decode_stage(self._settings), tuner=Tuner.of(self._settings, topology))
 
     def _make_source(self) -> BatchSource:
-        """Where batches come from: an iterable's own order, the dataset's own source, or the sampler's
-        (with the loader's own sampler where the user gave none)."""
+        """Where batches come from: an iterable's own order, the dataset's own (``batch_source``: read by global
+        position, ``GlobalSource``), or the sampler's (with the loader's own sampler where the user gave none)."""
         settings = self._settings
         if settings.iterable:
             return IterableSource(settings.batch_size)
-        make = self._dataset_source()
-        if make is not None:
-            source: BatchSource = make(SourceRequest(batch_size=self.batch_size, drop_last=self.drop_last,
-                                                     shuffle=self._shuffle, seed=settings.seed,
-                                                     owner=self._progress))
-            return source
+        if (dataset_source := self._dataset_source()) is not None:
+            return dataset_source
         if self._own_sampler:
             sampler = own_sampler(self.dataset, shuffle=self._shuffle, seed=settings.seed, drop_last=self.drop_last)
             if sampler is not None:
@@ -192,16 +184,19 @@ class DataLoader(torch.utils.data.DataLoader[T]):
                 self.__dict__["sampler"] = sampler
                 if self.batch_size is not None:
                     self.__dict__["batch_sampler"] = BatchSampler(sampler, self.batch_size, self.drop_last)
-            by_position = sample_source(self.dataset, sampler, batch_size=self.batch_size, owner=self._progress)
-            if by_position is not None:
-                return by_position
         return BatchPlan(self.sampler, self.batch_sampler, owned=self._own_sampler, batch_size=self.batch_size,
                          position=self._progress)
 
-    def _dataset_source(self) -> Callable[[SourceRequest], BatchSource] | None:
-        """The dataset's ``batch_source`` when the loader uses it (no sampler or batch sampler given)."""
+    def _dataset_source(self) -> BatchSource | None:
+        """The dataset's own source when the loader uses it (no sampler or batch sampler given): what its
+        ``batch_source(request)`` returns, read by global position when it is a ``PositionedData``."""
         make = getattr(self.dataset, "batch_source", None)
-        return make if self._own_sampler and callable(make) else None
+        if not self._own_sampler or not callable(make):
+            return None
+        request = SourceRequest(batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self._shuffle,
+                                seed=self._settings.seed, owner=self._progress)
+        made = make(request)
+        return GlobalSource(made, request) if isinstance(made, PositionedData) else made
 
     # ------------------------------------------------------------ settings, read-only
 
@@ -245,8 +240,8 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         return self._settings.decode
 
     def stats(self) -> LoaderStats:
-        """Where samples were decoded and why (``LoaderStats.decode``: mode, reason, decoder, counts)."""
-        return loader_stats(self._settings, self._chain.decode)
+        """Where the training loop's time goes, the tuning done, and where samples decode (docs/tuning.md)."""
+        return self._chain.tuner.stats(decode_stats(self._settings, self._chain.decode))
 
     @property
     def pool(self) -> WorkerPool:
@@ -308,6 +303,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
     def __iter__(self) -> LoaderIterator:  # type: ignore[override]  # ours, not torch's _BaseDataLoaderIter
         """One epoch: its (remaining) batches. A second iterator while this one runs reads beside it."""
         reported = getattr(self, "_IterableDataset_len_called", None) if self._settings.iterable else None
+        register_live(self)  # weakly: what shardfeed-profile samples
         return self._passes.begin(self._chain, length=self.__len__, reported_len=reported)
 
     def _get_iterator(self) -> NoReturn:
@@ -343,7 +339,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
         """sha256 (hex) of which data the global positions ``[start, stop)`` of ``epoch`` (default: the one
         being read) hold, whatever the topology: equal digests prove two runs (or a run and its resume) read the
         same data in the same order. A global position is an entry of the epoch's order of all ranks: a packed
-        sequence (``loaders.tokens.digest``), a sample of a shard dataset (``read.sample_grid.order_digest``) or
+        sequence (``loaders.tokens.digest``), a sample of a shard dataset (``read.grid.order_digest``) or
         of any other map-style dataset in the loader's order. ConfigError where the order is not the loader's
         (a sampler given, an IterableDataset); IndexError for positions outside the epoch.
         """
@@ -370,6 +366,7 @@ class DataLoader(torch.utils.data.DataLoader[T]):
             KEY_BATCH_SIZE: self.batch_size,
             KEY_DATASET_LEN: length_or_none(self.dataset),
             source.key: source.state_dict(),
+            **({} if (tuned := self._chain.tuner.state()) is None else {KEY_TUNED: tuned}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -396,3 +393,4 @@ class DataLoader(torch.utils.data.DataLoader[T]):
             self._chain = replace(self._chain, settings=self._settings, source=self._make_source())
         self._chain.source.load_state_dict(state[source.key])
         self._progress.restore(state, where)
+        self._chain.tuner.restore(state.get(KEY_TUNED))  # autotune: a resumed job starts tuned

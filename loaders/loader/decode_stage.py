@@ -9,7 +9,7 @@ the batch becomes ``Failed`` (raised in its turn, the pass goes on); with ``"ski
 leave the batch and it is counted in the item's ``Delivery``, so the skip budget and the
 resume state count it exactly as they count a skip in a worker.
 
-``loader.stats()`` (``LoaderStats``) reports where samples were decoded.
+``loader.stats().decode`` (``DecodeStats``) reports where samples were decoded.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from loaders.loader.fetch import Skip
 from loaders.loader.messages import describe_error
 from loaders.loader.settings import LoaderSettings
 
-__all__ = ["DecodeStage", "DecodeStats", "LoaderStats", "decode_stage", "loader_stats", "select_rows"]
+__all__ = ["DecodeStage", "DecodeStats", "decode_stage", "decode_stats", "select_rows"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class DecodeStats:
     """Where a loader decodes its JPEGs and how many samples went where.
 
     mode: "cpu" (in the workers) or "device"; reason: why (the ``decode="auto"`` rule's words);
-    decoder: the batch decoder ("nvjpeg (torchvision 0.2x)", "host, 4 threads (simplejpeg)"),
+    decoder: the batch decoder, library and backend ("nvImageCodec 0.9, hardware", "nvImageCodec 0.9, CPU"),
     None for "cpu". counts: samples decoded since the loader was made (``DecodeCounts``: on the
     device, in the worker by reason, retried on the host, failed); counted as batches are
     decoded, up to ``device_prefetch`` batches ahead of the training loop.
@@ -48,13 +48,6 @@ class DecodeStats:
     reason: str
     decoder: str | None = None
     counts: DecodeCounts = field(default_factory=DecodeCounts)
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """What ``DataLoader.stats()`` returns: ``decode`` (``DecodeStats``)."""
-
-    decode: DecodeStats
 
 
 class DecodeStage:
@@ -98,13 +91,13 @@ def decode_stage(settings: LoaderSettings) -> DecodeStage | None:
     return DecodeStage(DeviceDecode(settings.device, make_decoder(settings.device)), skip_errors=settings.skip_errors)
 
 
-def loader_stats(settings: LoaderSettings, stage: DecodeStage | None) -> LoaderStats:
-    """What ``DataLoader.stats()`` returns for a loader of ``settings`` with the decode ``stage``."""
+def decode_stats(settings: LoaderSettings, stage: DecodeStage | None) -> DecodeStats:
+    """``stats().decode`` for a loader of ``settings`` with the decode ``stage`` (``loaders.loader.loader_stats``)."""
     mode, reason = settings.decode.value, settings.decode_reason
     if stage is None:
-        return LoaderStats(DecodeStats(mode=mode, reason=reason))
+        return DecodeStats(mode=mode, reason=reason)
     decode = stage.decode
-    return LoaderStats(DecodeStats(mode=mode, reason=reason, decoder=decode.decoder.name, counts=decode.counts()))
+    return DecodeStats(mode=mode, reason=reason, decoder=decode.decoder.name, counts=decode.counts())
 
 
 def select_rows(batch: Any, keep: Sequence[int], size: int) -> Any:

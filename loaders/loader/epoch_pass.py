@@ -18,11 +18,14 @@ which is what the owner's probe rule reads (``Progress.begin_pass``, ``set_epoch
 
 from __future__ import annotations
 
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from loaders.loader.batch_source import BatchSource
 from loaders.loader.decode_stage import DecodeStage
@@ -31,7 +34,10 @@ from loaders.loader.keyed_transform import positioned
 from loaders.loader.pool import WorkerPool, Workers
 from loaders.loader.prefetch import DevicePrefetcher
 from loaders.loader.progress import Progress, Where
+from loaders.loader.relay import Relay
 from loaders.loader.settings import LoaderSettings
+from loaders.loader.tuner import Tuner
+from loaders.loader.traps import watch_traps
 
 __all__ = ["Chain", "LoaderIterator", "Pass", "Passes"]
 
@@ -54,7 +60,8 @@ class Pass:
 @dataclass(frozen=True)
 class Chain:
     """The loader's parts a pass is built from: its settings, batch source, workers, failure policy,
-    the owner of (epoch, position) and, with ``decode="device"``, the device decode stage."""
+    the owner of (epoch, position), with ``decode="device"`` the device decode stage, and the accounting and
+    tuning shell (``loaders.loader.tuner``)."""
 
     settings: LoaderSettings
     source: BatchSource
@@ -62,6 +69,10 @@ class Chain:
     failures: FailurePolicy
     progress: Progress
     decode: DecodeStage | None = None
+    tuner: Tuner = field(default_factory=Tuner.inert)
+
+    def __post_init__(self) -> None:
+        self.tuner.pool = self.pool  # the knobs it tunes are the pool's settings
 
 
 class Passes:
@@ -111,13 +122,22 @@ class LoaderIterator:
         self._length = length  # asked when asked: len() of an iterable loader is remembered by torch
         self._reported_len = reported_len  # an IterableDataset's len() as len(loader) reported it, else None
         self._dataset, self._num_workers = chain.settings.dataset, chain.settings.num_workers
+        self._tuner = chain.tuner
         self._workers_stage, self._batches = _start(chain, run, where, self._progress)
 
     def __iter__(self) -> LoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        batch = next(self._batches)
+        tuner = self._tuner
+        began = time.perf_counter()
+        if torch.autograd._profiler_enabled():  # the wait as a named range in torch.profiler traces
+            with torch.profiler.record_function("loaders.DataLoader.next"):
+                batch = next(self._batches)
+        else:
+            batch = next(self._batches)
+        if self._pass.primary and not isinstance(batch, Failed):  # a detached pass is not the loop's clock
+            tuner.end_next(began, batch)
         if self._reported_len is not None:
             handed_over = self._progress.batches_seen - self._pass.start.batches_seen
             if handed_over > self._reported_len:
@@ -156,14 +176,23 @@ def _warn_past_length(dataset: Any, reported: int, yielded: int, num_workers: in
     warnings.warn(message, stacklevel=3)
 
 
-def _start(chain: Chain, run: Pass, where: Where, progress: Progress) -> tuple[Workers, Generator[Any, None, None]]:
-    """Build the chain for ``run`` from ``where`` and start its workers; (the workers, the generator of batches)."""
-    workers = chain.pool.workers_for(primary=run.primary)
+def _start(chain: Chain, run: Pass, where: Where, progress: Progress
+           ) -> tuple[Workers | Relay, Generator[Any, None, None]]:
+    """Build the chain for ``run`` from ``where`` and start its workers; (the workers, the generator of batches).
+    A primary pass's workers are a ``Relay`` (replaced when tuned), accounted for by the tuner."""
+    backend = chain.pool.workers_for(primary=run.primary)
+    tuner = chain.tuner if run.primary else None
+    workers: Workers | Relay = backend if tuner is None else Relay(chain.pool, backend)
     try:
-        outcomes = workers.run(chain.source.jobs(where, primary=run.primary), where.epoch)
+        if isinstance(workers, Relay) and tuner is not None:
+            tuner.begin_pass(workers)
+            outcomes = tuner.observe(workers.run(chain.source.jobs(where, primary=True), where.epoch), workers)
+        else:
+            outcomes = workers.run(chain.source.jobs(where, primary=run.primary), where.epoch)
     except Exception:
-        chain.pool.release(workers, failed=True)
+        chain.pool.release(workers.current if isinstance(workers, Relay) else workers, failed=True)
         raise
+    outcomes = watch_traps(chain.settings, chain.pool, outcomes)  # warns of known traps, once per loader
     items: Iterable[Item] = chain.failures.deliver(outcomes)
     parts: list[Any] = [items]
     settings = chain.settings
@@ -171,11 +200,27 @@ def _start(chain: Chain, run: Pass, where: Where, progress: Progress) -> tuple[W
         transform = settings.device_transform
         keyed = None if transform is None else positioned(transform, epoch=where.epoch, rank=settings.rank,
                                                           start=where.position if run.primary else 0)
-        steps = [step for step in (chain.decode, None if keyed is None else _on_batches(keyed)) if step is not None]
-        items = DevicePrefetcher(items, settings.device, depth=settings.device_prefetch,
-                                 transform=_in_turn(steps) if steps else None)
+        decode = chain.decode if chain.decode is None or tuner is None else _timed(chain.decode, tuner)
+        steps = [step for step in (decode, None if keyed is None else _on_batches(keyed)) if step is not None]
+        prefetcher = DevicePrefetcher(items, settings.device, depth=settings.device_prefetch,
+                                      transform=_in_turn(steps) if steps else None)
+        if tuner is not None:
+            prefetcher.on_copied = lambda seconds: tuner.accounting.host_stage("transfer", seconds)
+        items = prefetcher
         parts.insert(0, items)
     return workers, _drive(chain, run, where.epoch, items, parts, workers, progress)
+
+
+def _timed(decode: Callable[[Item], Item], tuner: Tuner) -> Callable[[Item], Item]:
+    """The device decode, its host time reported to the tuner as "device_decode"."""
+    def run(item: Item) -> Item:
+        start = time.perf_counter()
+        try:
+            return decode(item)
+        finally:
+            tuner.accounting.host_stage("device_decode", time.perf_counter() - start)
+
+    return run
 
 
 def _on_batches(keyed: Callable[[int, Any], Any]) -> Callable[[Item], Item]:
@@ -196,7 +241,7 @@ def _in_turn(steps: list[Callable[[Item], Item]]) -> Callable[[Item], Item]:
     return run
 
 
-def _drive(chain: Chain, run: Pass, epoch: int, items: Iterable[Item], parts: list[Any], workers: Workers,
+def _drive(chain: Chain, run: Pass, epoch: int, items: Iterable[Item], parts: list[Any], workers: Workers | Relay,
            progress: Progress) -> Generator[Any, None, None]:
     """Hand each item's batch over, moving ``progress`` as it goes; close the chain at the end."""
     epoch_batches, epoch_samples = chain.source.num_batches(), chain.source.num_samples()
@@ -219,4 +264,5 @@ def _drive(chain: Chain, run: Pass, epoch: int, items: Iterable[Item], parts: li
             close = getattr(part, "close", None)
             if callable(close):
                 close()
-        chain.pool.release(workers, failed=failed, finalizing=run.finalizing)
+        current = workers.current if isinstance(workers, Relay) else workers  # a relay's last workers
+        chain.pool.release(current, failed=failed, finalizing=run.finalizing)

@@ -9,11 +9,13 @@ Messages about them: ``loaders.loader.messages``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.loader.messages import describe_error
+from loaders.loader.stage_timing import BatchTiming, collect_parts
 from loaders.read.decode_plan import planning
 
 __all__ = ["Fetched", "Skip", "fetch_samples"]
@@ -38,6 +40,7 @@ class Fetched:
     skips: list[Skip] = field(default_factory=list)
     failure: BaseException | None = None
     failed_index: Any = None
+    timing: BatchTiming = field(default_factory=BatchTiming)  # the dataset's part (``stage_timing``)
 
 
 def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool,
@@ -47,10 +50,17 @@ def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position:
     With ``skip_errors`` a failing sample becomes a ``Skip`` (a failing ``__getitems__``
     is retried sample by sample to find which ones fail); without it the first failure
     stops the batch and is returned in ``failure``. ``plan_decode``: read inside
-    ``planning()`` (images as decode plans). Never raises ``Exception``.
+    ``planning()`` (images as decode plans). Never raises ``Exception``. ``timing``: wall and CPU
+    seconds in the dataset, and the parts it reported.
     """
-    with planning(plan_decode):
-        return _fetch(dataset, indices, epoch=epoch, position=position, skip_errors=skip_errors)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    with planning(plan_decode), collect_parts() as parts:
+        fetched = _fetch(dataset, indices, epoch=epoch, position=position, skip_errors=skip_errors)
+    timing = fetched.timing
+    timing.dataset_s, timing.cpu_s = time.perf_counter() - wall, time.thread_time() - cpu
+    timing.read_s, timing.decode_s = parts.get("read", 0.0), parts.get("decode", 0.0)
+    timing.transform_s = parts.get("transform", 0.0)
+    return fetched
 
 
 def _fetch(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool) -> Fetched:

@@ -85,16 +85,19 @@ class WorkerPool:
         self.shared: Workers | None = None  # persistent workers, kept between epochs
         self._copied_from: object = UNKNOWN_EPOCH  # the user's dataset's own `epoch` when they copied it
         self._warned_thread_init = False
+        self._retuned = False  # settings changed (autotune) since the persistent workers started
 
     def workers_for(self, *, primary: bool) -> Workers:
         """The primary pass's workers (kept when persistent), or a private set for a detached pass."""
         if primary and self.shared is not None:
-            if not self._copies_are_stale(self.shared):
+            if not (self._retuned or self._copies_are_stale(self.shared)):
                 return self.shared
             self.shared.close()
             self.shared = None
         workers = make_workers(self.settings, self.epoch_sync)
         self._warn_of_thread_init(workers)
+        if primary:
+            self._retuned = False
         if primary and self.settings.persistent_workers:
             self.shared, self._copied_from = workers, self.epoch_sync.observe()
         return workers
@@ -129,6 +132,20 @@ class WorkerPool:
                 return
             self.shared = None
         workers.close(wait=not failed and not (finalizing and isinstance(workers, ProcessWorkers)))
+
+    def replace(self, old: Workers) -> Workers:
+        """New workers of the current settings in place of ``old`` (stopped: it has built all it took), for
+        a primary pass whose tuned settings changed (``loaders.loader.relay``)."""
+        if old is self.shared:
+            self.shared = None
+        old.close()
+        return self.workers_for(primary=True)
+
+    def retune(self, settings: LoaderSettings) -> None:
+        """Serve the next workers with ``settings`` (tuned knobs); the running ones stay until replaced,
+        persistent ones until the next primary pass."""
+        self.settings = settings
+        self._retuned = True
 
     def reset(self, settings: LoaderSettings) -> None:
         """Serve passes built from ``settings`` from now on (another seed): persistent workers stop."""

@@ -26,6 +26,7 @@ Without CUDA the same control flow runs with no-op stream and event operations
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -211,6 +212,8 @@ class DevicePrefetcher(Generic[T]):
         self.pool = pool if pool is not None else PinnedBufferPool(pin_memory=self.device.type == "cuda")
         self._batches = batches
         self._streams: _Streams | None = None  # created on first iteration: constructors start nothing
+        # Told the host seconds each batch's copies took to enqueue (the loader's accounting), if set.
+        self.on_copied: Callable[[float], None] | None = None
         self._active: weakref.ref[Generator[T, None, None]] | None = None
 
     def __iter__(self) -> Iterator[T]:
@@ -283,7 +286,10 @@ class DevicePrefetcher(Generic[T]):
             # waiting on it would order nothing.
             streams.wait_for_consumer(on_device)
         with streams.copy_scope():
+            start = time.perf_counter()
             moved = map_tensors(batch, lambda t: self._copy(t, streams))
+            if self.on_copied is not None:
+                self.on_copied(time.perf_counter() - start)
             if self.transform is not None:
                 moved = self.transform(moved)
             return _InFlight(moved, streams.record())

@@ -249,6 +249,15 @@ class ProcessWorkers:
         """The worker processes of the current pass (empty before the first and after close)."""
         return list(getattr(self._iterator, "_workers", ()))
 
+    @property
+    def ready_count(self) -> int:
+        """Batches the workers sent that this process has not taken yet (0 where the queue cannot tell)."""
+        queue = getattr(self._iterator, "_data_queue", None)
+        try:
+            return int(queue.qsize()) if queue is not None else 0
+        except (NotImplementedError, OSError):  # macOS queues have no qsize; a closed queue
+            return 0
+
     def run(self, jobs: Iterable[Job] | None, epoch: int) -> Iterator[BatchOutcome]:
         """Yield the outcomes of ``jobs`` (None: an iterable dataset's whole epoch)."""
         if self._loader is None:

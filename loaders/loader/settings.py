@@ -36,7 +36,9 @@ from loaders.read.seeding import resolve_seed
 from loaders.read.topology import Topology, default_num_workers
 from loaders.validate import check_choice, check_int, invalid
 
-__all__ = ["PROCESS_ARGS", "LoaderOptions", "LoaderSettings", "OnError", "WorkerType", "default_workers"]
+__all__ = ["PROCESS_ARGS", "LoaderOptions", "LoaderSettings", "OnError", "ProcessWarningOnly", "WorkerType",
+           "default_collate_fn",
+           "default_workers", "resolve_autotune"]
 
 # Torch's arguments handed on to torch's own loader when workers are processes.
 PROCESS_ARGS = ("num_workers", "pin_memory", "timeout", "multiprocessing_context", "generator", "prefetch_factor",
@@ -56,6 +58,37 @@ def default_workers(dataset: Any, topology: Topology) -> int:
     return 0 if isinstance(dataset, IterableDataset) else default_num_workers(topology)
 
 
+class ProcessWarningOnly:
+    """Mixed into the DataLoader: torch's "This DataLoader will create N worker processes" warning is given
+    only where workers are processes (by the inner torch loader of ``ProcessWorkers``, as it starts them);
+    it is untrue of thread workers, and the controller may raise a thread count well past the cores."""
+
+    def check_worker_number_rationality(self) -> None:
+        return None
+
+
+def default_collate_fn(dataset: Any, *, auto_collation: bool) -> Callable[[Any], Any]:
+    """The collate_fn when the user gives none: with batching, the dataset's declared ``default_collate_fn``
+    (e.g. ``loaders.TokenDataset``'s, which adds ``cu_seqlens``), else ours; without batching torch's
+    ``default_convert``."""
+    if not auto_collation:
+        return default_convert
+    declared = getattr(dataset, "default_collate_fn", None)
+    return declared if callable(declared) else default_collate
+
+
+def resolve_autotune(autotune: bool | None, *, workers_given: bool, iterable: bool) -> bool:
+    """Whether the controller runs (``loaders.loader.autotune``): ``autotune`` if given, else when the user
+    did not give ``num_workers`` (map-style datasets; the DataLoader passes False when ``prefetch_factor``
+    was given: explicit values are respected)."""
+    if autotune is None:
+        return not (workers_given or iterable)
+    if autotune and iterable:
+        raise ConfigError("autotune=True needs a map-style dataset: how an IterableDataset is split between "
+                          "workers is its own code's, so the worker count would change its batches")
+    return autotune
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
     """The DataLoader's own keyword options (beyond torch's), validated once.
@@ -66,6 +99,8 @@ class LoaderOptions:
     the training step holds; device memory holds ``device_prefetch + 1`` batches, and one
     more while the next one is handed over if the step still holds the previous batch.
     decode: "auto", "cpu" or "device": where JPEGs decode (``loaders.batch_decode.choice``).
+    autotune: True, False or None (on when neither num_workers nor prefetch_factor is given);
+    stats_log_s: seconds between ``stats()`` log lines (logging, INFO), None for none.
     """
 
     worker_type: WorkerType | str = WorkerType.AUTO
@@ -77,6 +112,8 @@ class LoaderOptions:
     device_transform: Callable[[Any], Any] | None = None
     device_prefetch: int = 2
     decode: DecodeMode | str = DecodeMode.AUTO
+    autotune: bool | None = None
+    stats_log_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "worker_type", check_choice("worker_type", self.worker_type, WorkerType))
@@ -84,6 +121,11 @@ class LoaderOptions:
         object.__setattr__(self, "on_error", check_choice("on_error", self.on_error, OnError))
         check_int("threads_per_worker", self.threads_per_worker, 1)
         check_int("device_prefetch", self.device_prefetch, 0)
+        if self.autotune is not None and not isinstance(self.autotune, bool):
+            raise invalid("autotune", "a bool or None", self.autotune)
+        log_s = self.stats_log_s
+        if log_s is not None and (isinstance(log_s, bool) or not isinstance(log_s, (int, float)) or not log_s > 0):
+            raise invalid("stats_log_s", "a positive number of seconds or None", log_s)
         if self.seed is not None and not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
                                           and self.seed >= 0):
             raise invalid("seed", "a non-negative int or None", self.seed)
@@ -193,6 +235,10 @@ class LoaderSettings:
     decode_reason: str
     rank: int
     process_args: Mapping[str, Any]
+    autotune: bool = False  # the controller runs (``resolve_autotune``)
+    type_is_ours: bool = False  # worker_type "auto": the controller may switch threads and processes
+    stats_log_s: float | None = None
+
 
     @classmethod
     def resolve(cls, loader: torch.utils.data.DataLoader[Any], options: LoaderOptions, topology: Topology, *,
@@ -216,7 +262,9 @@ class LoaderSettings:
             device_transform=options.device_transform,
             device_prefetch=options.device_prefetch, decode=decode.mode, decode_reason=decode.reason,
             rank=topology.rank,
-            process_args={**{name: getattr(loader, name) for name in PROCESS_ARGS}, "num_workers": workers.num_workers})
+            process_args={**{name: getattr(loader, name) for name in PROCESS_ARGS}, "num_workers": workers.num_workers},
+            autotune=resolve_autotune(options.autotune, workers_given=workers_given, iterable=iterable),
+            type_is_ours=options.worker_type is WorkerType.AUTO, stats_log_s=options.stats_log_s)
 
     @property
     def plan_decode(self) -> bool:

@@ -124,6 +124,7 @@ class ThreadWorkers:
         self.in_order = in_order
         self._threads: list[threading.Thread] = []
         self._inbox: _Inbox | None = None
+        self._ready = 0  # results received, waiting for their turn (the current run's)
 
     @property
     def is_running(self) -> bool:
@@ -133,6 +134,11 @@ class ThreadWorkers:
     def handles(self) -> list[threading.Thread]:
         """The worker threads (empty before the first run and after close)."""
         return list(self._threads)
+
+    @property
+    def ready_count(self) -> int:
+        """Batches built and not yet handed on (an estimate: results of abandoned runs count too)."""
+        return self._shared.outbox.qsize() + self._ready
 
     def _start(self) -> None:
         inbox: _Inbox = queue.SimpleQueue()
@@ -186,6 +192,7 @@ class ThreadWorkers:
         current.order.remove(position)
         del current.indices[position]
         self._shared.holder.pop((current.run_id, position), None)
+        self._ready = len(current.ready) - 1
         return current.ready.pop(position)
 
     def _receive(self, current: _Pass, head: int, deadline: float | None) -> None:

@@ -22,8 +22,10 @@ NO_REPORT = {
     "tools.profile.malloc": "a launcher: it replaces itself with the command it runs",
     "tools.suites.device.device_suite": "writes one JSON document per part under --out, after every step",
     "tools.bench.remote_peers": "one step of remote_bench in the peers' interpreter: prints one JSON line for it",
+    "tools.bench.plots": "draws the benchmarks page's PNGs from docs/img/figures.json: it measures nothing",
 }
-REPORTING = ["tools.bench.codec_bench", "tools.bench.decode_bench", "tools.bench.open_bench", "tools.bench.pack_bench",
+REPORTING = ["tools.bench.autotune_bench",
+             "tools.bench.codec_bench", "tools.bench.decode_bench", "tools.bench.open_bench", "tools.bench.pack_bench",
              "tools.bench.peer_bench", "tools.bench.plan_bench",
              "tools.bench.region_bench", "tools.bench.remote_bench", "tools.bench.shard_bench",
              "tools.bench.token_bench", "tools.bench.token_threads", "tools.bench.tree_ab", "tools.bench.writers_bench",
