@@ -1,5 +1,6 @@
 """Helpers shared by the tests of every package: photo-like images (``photo_pixels``, ``photo_jpeg``: height
-then width, as numpy shapes), encoding images, reading tar shards back, waiting on a condition."""
+then width, as numpy shapes), encoding images, the one tiny image dataset builder (``image_dataset``: a raw
+image-folder tree and its tar shards), reading tar shards back, waiting on a condition."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ import io
 import subprocess
 import tarfile
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from dataprep.formats.manifest import read_manifest
+from dataprep.synthetic import SyntheticSpec, make_dataset
 from dataprep.synthetic.photos import photo_like
 
 
@@ -66,3 +69,53 @@ def photo_jpeg(height: int, width: int, *, seed: int = 0, mode: str = "RGB", qua
     buffer = io.BytesIO()
     Image.fromarray(photo_pixels(height, width, seed)).convert(mode).save(buffer, "JPEG", quality=quality, **options)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """What ``image_dataset`` made: ``raw``, the image-folder tree (None for given image bytes), and ``shards``, a
+    ``ShardDataset`` directory (tar shards of ``{key}.jpg`` and ``{key}.cls``, index sidecars, a manifest)."""
+
+    raw: Path | None
+    shards: Path
+
+
+def image_dataset(root: Path, images: int | Path | Sequence[bytes], *, classes: int = 3, seed: int = 1,
+                  per_shard: int = 10, resize_short: int | None = None, order_seed: int | None = None) -> ImageDataset:
+    """The tests' one tiny image dataset, in ``root/raw`` and ``root/shards``.
+
+    ``images`` a count: that many photo-like images over ``classes`` class folders (``dataprep.synthetic``,
+    ``seed``: with their caption and metadata sidecars, no broken files), sharded by ``dataprep shard
+    --workers 1``, ``per_shard`` samples a shard, with ``--resize-short`` and ``--seed`` (``order_seed``) when
+    given. ``images`` a folder: that image-folder tree, sharded the same way. ``images`` encoded images:
+    those exact bytes (broken ones too) as samples ``sample{i:05d}.jpg`` with ``.cls`` = i, in tars of
+    ``per_shard``, adopted with ``dataprep index`` (nothing cleaned or resized).
+    """
+    from dataprep.cli import main as dataprep_main
+
+    out = root / "shards"
+    if isinstance(images, int):
+        spec = SyntheticSpec(images=images, classes=classes, seed=seed, broken=False, tables=False, text=False)
+        raw = make_dataset(root / "raw", spec).root / "images"
+    elif isinstance(images, Path):
+        raw = images
+    else:
+        _write_tars(out, images, per_shard)
+        assert dataprep_main(["index", str(out)]) == 0
+        return ImageDataset(None, out)
+    args = ["shard", str(raw), str(out), "--samples-per-shard", str(per_shard), "--workers", "1", "--no-progress"]
+    args += ["--resize-short", str(resize_short)] if resize_short is not None else []
+    args += ["--seed", str(order_seed)] if order_seed is not None else []
+    assert dataprep_main(args) == 0, f"dataprep {' '.join(args)} failed"
+    return ImageDataset(raw, out)
+
+
+def _write_tars(directory: Path, images: Sequence[bytes], per_shard: int) -> None:
+    directory.mkdir(parents=True)
+    for first in range(0, len(images), per_shard):
+        with tarfile.open(directory / f"part-{first // per_shard:03d}.tar", "w") as tar:
+            for index in range(first, min(first + per_shard, len(images))):
+                for suffix, data in (("jpg", images[index]), ("cls", str(index).encode())):
+                    member = tarfile.TarInfo(f"sample{index:05d}.{suffix}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from dataprep.clean.options import ImageOptions, TableOptions, TextOptions
+from dataprep.cpus import cpus_available
 from dataprep.errors import UsageError
+from dataprep.formats.manifest import OutputFormat
 from dataprep.formats.parquet.writer import DEFAULT_ROW_GROUP_BYTES
 from dataprep.formats.writer import DEFAULT_MAX_SHARD_BYTES
 from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
@@ -27,26 +29,11 @@ DEFAULT_TEXT_COLUMN = "text"
 DEFAULT_MIN_TOKENS = 1
 
 
-class OutputFormat(enum.StrEnum):
-    AUTO = "auto"
-    WDS = "wds"
-    PARQUET = "parquet"
-    TOKENS = "tokens"
-
-
 class Engine(enum.StrEnum):
     """Where the ranges of a plan are written: this machine (one after another), or Ray tasks."""
 
     LOCAL = "local"
     RAY = "ray"
-
-
-def usable_cpus() -> int:
-    """All CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -133,7 +120,7 @@ class ShardConfig:
     table: TableOptions = field(default_factory=TableOptions)
     text: TextOptions = field(default_factory=TextOptions)
     tokens: TokenOptions = field(default_factory=TokenOptions)
-    workers: int = field(default_factory=usable_cpus)
+    workers: int = field(default_factory=cpus_available)
     follow_symlinks: bool = False
     overwrite: bool = False
     max_reject_fraction: float | None = None

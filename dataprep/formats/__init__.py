@@ -3,7 +3,8 @@
 This package is all a reader of our shards needs (it imports nothing else of dataprep but its
 exception tree). Here, the reading side, light to import (numpy, no pyarrow):
 
-- ``manifest``     ``manifest.json``: shards, counts, sha256, the format (``FORMAT_*``), read and written
+- ``manifest``     ``manifest.json``: shards, counts, sha256, the format (``OutputFormat``, the one vocabulary
+                   of format names; ``FORMAT_*`` its written members), read and written
 - ``tar.index``    a tar shard's index sidecar (``<shard>.tar.idx``): per-sample and per-field byte ranges
 - ``tokens.index`` a token shard's Megatron-Core ``.idx`` (``TokenIndex``) beside its ``.bin``
 - ``sizes``        byte sizes as every format states them (binary units): ``parse_bytes``, ``format_bytes``
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from dataprep.errors import FormatError
 from dataprep.formats.manifest import (FORMAT_PARQUET, FORMAT_TOKENS, FORMAT_WDS, MANIFEST_NAME, REJECTS_NAME,
-                                       Manifest, ShardInfo, Totals, read_manifest, sha256_file, write_manifest)
+                                       Manifest, OutputFormat, ShardInfo, Totals, read_manifest, sha256_file,
+                                       write_manifest)
 from dataprep.formats.samples import CleanRecord, EncodedSample
 from dataprep.formats.sizes import format_bytes, parse_bytes
 from dataprep.formats.tar.index import ShardIndex, index_path_for, index_tar, read_index, write_index
@@ -35,6 +37,7 @@ __all__ = [
     "EncodedSample",
     "FormatError",
     "Manifest",
+    "OutputFormat",
     "ShardIndex",
     "ShardInfo",
     "TokenIndex",

@@ -40,6 +40,7 @@ range holds it, in manifest order; ``Manifest.shard_starts`` gives those starts.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import os
@@ -57,9 +58,21 @@ REJECTS_NAME = "rejects.jsonl"
 MANIFEST_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
-FORMAT_WDS = "wds"
-FORMAT_PARQUET = "parquet"
-FORMAT_TOKENS = "tokens"
+
+
+class OutputFormat(enum.StrEnum):
+    """The shard formats, by the name a manifest's ``format`` and ``dataprep shard --format`` give them: WebDataset
+    tar shards, Parquet shards, Megatron token shards; ``AUTO`` only as a request (the run picks by the layout:
+    never in a manifest). The one vocabulary of format names: every other module imports it."""
+
+    AUTO = "auto"
+    WDS = "wds"
+    PARQUET = "parquet"
+    TOKENS = "tokens"
+
+
+# The written formats under the names their readers and writers import.
+FORMAT_WDS, FORMAT_PARQUET, FORMAT_TOKENS = OutputFormat.WDS, OutputFormat.PARQUET, OutputFormat.TOKENS
 # The layout of a manifest written by ``dataprep index`` for tar shards made by other tools.
 LAYOUT_ADOPTED = "adopted"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from dataprep.errors import require_int
 from dataprep.remote.errors import RemoteConfigError
 
 __all__ = ["RemoteConfig", "TransportMode"]
@@ -65,17 +66,14 @@ class RemoteConfig:
             choices = ", ".join(repr(m.value) for m in TransportMode)
             raise RemoteConfigError(f"'transport' must be one of {choices} (got {self.transport!r})") from None
         for name in ("timeout_s", "stall_s", "connect_timeout_s", "backoff_s", "max_backoff_s"):
-            _check_positive(name, getattr(self, name), float)
-        for name in ("max_attempts", "chunk_bytes", "part_bytes"):
-            _check_positive(name, getattr(self, name), int)
-        if isinstance(self.request_retries, bool) or not isinstance(self.request_retries, int) \
-                or self.request_retries < 0:
-            raise RemoteConfigError(f"'request_retries' must be a non-negative int (got {self.request_retries!r})")
+            _check_positive_number(name, getattr(self, name))
+        for name, minimum in (("max_attempts", 1), ("chunk_bytes", 1), ("part_bytes", 1), ("request_retries", 0)):
+            require_int(name, getattr(self, name), minimum=minimum, error=RemoteConfigError)
         if self.stall_s > self.timeout_s:
             raise RemoteConfigError(f"'stall_s' ({self.stall_s}) must be <= 'timeout_s' ({self.timeout_s}): "
                                     "a stall is detected within the time-out")
         if self.max_single_put_bytes is not None:
-            _check_positive("max_single_put_bytes", self.max_single_put_bytes, int)
+            require_int("max_single_put_bytes", self.max_single_put_bytes, minimum=1, error=RemoteConfigError)
             if self.max_single_put_bytes > _MAX_SINGLE_PUT_BYTES:
                 raise RemoteConfigError(f"'max_single_put_bytes' must be <= {_MAX_SINGLE_PUT_BYTES} (S3's largest "
                                         f"single PUT; got {self.max_single_put_bytes})")
@@ -84,8 +82,7 @@ class RemoteConfig:
                                     f"got {self.part_bytes})")
 
 
-def _check_positive(name: str, value: object, kind: type) -> None:
-    ok_type = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
-    if isinstance(value, bool) or not ok_type or not value > 0:  # type: ignore[operator]  # ok_type checked it
-        expected = "a positive number" if kind is float else "a positive int"
-        raise RemoteConfigError(f"{name!r} must be {expected} (got {value!r} that is a {type(value).__name__})")
+def _check_positive_number(name: str, value: object) -> None:
+    """Seconds: an int or a float above 0 (ints are checked by ``dataprep.errors.require_int``, the one int check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise RemoteConfigError(f"{name!r} must be a positive number (got {value!r} that is a {type(value).__name__})")

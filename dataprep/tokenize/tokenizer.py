@@ -52,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from dataprep.errors import UsageError
+from dataprep.cpus import cpus_available
+from dataprep.errors import UsageError, require_int
 from dataprep.formats.tokens.index import token_dtype
 
 log = logging.getLogger(__name__)
@@ -285,11 +286,8 @@ def _child_threads_off() -> None:
 
 
 def default_threads() -> int:
-    """All CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The CPUs this process may use (``dataprep.cpus``: the affinity mask capped by the cgroup quota)."""
+    return cpus_available()
 
 
 def split_balanced(texts: Sequence[str], pieces: int) -> list[slice]:
@@ -317,9 +315,7 @@ class TokenEncoder:
     def __init__(self, tokenizer: Tokenizer, *, threads: int | None = None) -> None:
         if not isinstance(tokenizer, Tokenizer):
             raise TypeError(f"'tokenizer' must be a Tokenizer (got {tokenizer!r} that is a {type(tokenizer).__name__})")
-        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-            got = f"{threads!r} that is a {type(threads).__name__}"
-            raise ValueError(f"'threads' must be a positive int or None (got {got})")
+        require_int("threads", threads, minimum=1, optional=True, error=ValueError)
         self._tokenizer = tokenizer
         self._threads = default_threads() if threads is None else threads
         self._pool: ThreadPoolExecutor | None = None

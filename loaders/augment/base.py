@@ -14,6 +14,7 @@ import torch
 
 from loaders.errors import ConfigError
 from loaders.read.seeding import batch_seed
+from loaders.validate import check_int
 
 __all__ = [
     "BatchOp",
@@ -75,8 +76,7 @@ def batch_generator(seed: int, epoch: int, batch_index: int, device: str | torch
     ``loaders.read.seeding.batch_seed``.
     """
     for name, value in (("seed", seed), ("epoch", epoch), ("batch_index", batch_index), ("rank", rank)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"'{name}' must be a non-negative int (got {describe(value)})")
+        check_int(name, value, 0)
     generator = torch.Generator(device=device)
     # torch takes seeds below 2^63 on every device type.
     generator.manual_seed(batch_seed(seed, epoch, batch_index, rank) >> 1)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from loaders.augment.base import TensorSpec, check_images, check_probability, check_range, describe, to_pair, uniform
 from loaders.errors import ConfigError
+from loaders.validate import check_int
 
 __all__ = ["CropParams", "RandomHorizontalFlip", "RandomResizedCrop"]
 
@@ -49,9 +50,7 @@ class RandomResizedCrop:
         if high > 1.0:
             raise ConfigError(f"'scale' must lie within (0, 1] (got {describe(self.scale)})")
         check_range("ratio", self.ratio, positive=True)
-        n = self.num_candidates
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"'num_candidates' must be a positive int (got {describe(n)})")
+        check_int("num_candidates", self.num_candidates, 1)
 
     def sample_params(self, batch_size: int, gen: torch.Generator, height: int, width: int) -> CropParams:
         """Crop boxes for ``batch_size`` images of ``height`` x ``width`` pixels, drawn on gen.device."""

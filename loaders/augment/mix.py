@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from loaders.augment.base import check_images, describe
 from loaders.errors import ConfigError
+from loaders.validate import check_int
 
 __all__ = ["CutMix", "CutMixParams", "MixUp", "beta", "soft_labels"]
 
@@ -48,8 +49,7 @@ def soft_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 def _check_mix_args(alpha: object, num_classes: object) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < float("inf"):
         raise ConfigError(f"'alpha' must be a positive float (got {describe(alpha)})")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ConfigError(f"'num_classes' must be a positive int (got {describe(num_classes)})")
+    check_int("num_classes", num_classes, 1)
 
 
 def _check_batch(images: torch.Tensor, labels: torch.Tensor, op: str) -> None:

@@ -24,6 +24,7 @@ from loaders.augment.color import Normalize
 from loaders.augment.geometry import RandomHorizontalFlip, RandomResizedCrop
 from loaders.augment.mix import CutMix, MixUp
 from loaders.errors import ConfigError
+from loaders.validate import check_int
 
 __all__ = ["IMAGE_KEY", "LABEL_KEYS", "OUT_DTYPES", "Augment"]
 
@@ -71,8 +72,7 @@ class Augment:
                 raise ConfigError(
                     f"'ops[{position}]' must have __call__(images, gen) and output_spec(spec) (got {describe(op)})"
                 )
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"'seed' must be a non-negative int (got {describe(seed)})")
+        check_int("seed", seed, 0)
         if out_dtype not in OUT_DTYPES:
             raise ConfigError(
                 f"'out_dtype' must be one of torch.float32, float16, bfloat16 (got {describe(out_dtype)})"
@@ -98,11 +98,8 @@ class Augment:
         A loader resuming mid-epoch passes the number of batches already consumed, so the
         resumed batches get the parameters they would have had.
         """
-        for name, value in (("epoch", epoch), ("start_index", start_index)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"'{name}' must be a non-negative int (got {describe(value)})")
-        self._epoch = epoch
-        self._next_index = start_index
+        self._epoch = check_int("epoch", epoch, 0)
+        self._next_index = check_int("start_index", start_index, 0)
 
     def __call__(self, batch: Any, *, epoch: int | None = None, batch_index: int | None = None,
                  rank: int = 0) -> Any:

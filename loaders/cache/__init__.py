@@ -12,7 +12,8 @@ Modules (see README.md):
     lease     ``Lease``: a read hold on a cached object (a shared flock)
     locks     flock helpers
     layout    the folder's files and its size on disk
-    errors    ``CacheError`` and its subclasses (under ``LoaderError``)
+
+Its errors, ``CacheError`` and its subclasses (under ``LoaderError``), are in ``loaders.errors``.
 """
 
 from __future__ import annotations

@@ -45,13 +45,15 @@ from loaders.cache.prefetch import Prefetcher
 from loaders.cache.schedule import NextUse, Schedule, by_distance
 from loaders.cache.space import Claim, ClaimKind, Space
 from loaders.errors import ConfigError, ShardError
+from loaders.state_keys import KEY_VERSION
+from loaders.validate import check_int
 
 __all__ = ["CacheStats", "ShardCache"]
 
 log = logging.getLogger("loaders.cache")
 CACHE_STATE_VERSION = 1
 _MAX_HORIZON = 1 << 16
-KEY_VERSION, KEY_POSITIONS = "version", "positions"
+KEY_POSITIONS = "positions"
 
 
 @dataclass
@@ -115,8 +117,7 @@ class ShardCache:
         Epochs before ``epoch - 1`` are forgotten; plan the next epoch before this one ends
         so that prefetching crosses the boundary.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ConfigError(f"'epoch' must be a non-negative int (got {epoch!r})")
+        epoch = check_int("epoch", epoch, 0)
         if not isinstance(uses, Mapping) or any(isinstance(v, str) for v in uses.values()):
             raise ConfigError("'uses' must map each stream to a sequence of object names "
                               f"(got {type(uses).__name__})")

@@ -9,6 +9,7 @@ from pathlib import Path
 from dataprep.remote import RemoteConfig
 from dataprep.formats.sizes import format_bytes, parse_bytes
 from loaders.errors import ConfigError
+from loaders.validate import check_int
 
 __all__ = ["CacheConfig", "parse_limit"]
 
@@ -71,12 +72,8 @@ class CacheConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name!r} must be a positive number (got {value!r})")
-        if isinstance(self.reserve_bytes, bool) or not isinstance(self.reserve_bytes, int) or self.reserve_bytes < 0:
-            raise ConfigError(f"'reserve_bytes' must be a non-negative int (got {self.reserve_bytes!r})")
-        if isinstance(self.max_downloads, bool) or not isinstance(self.max_downloads, int) or self.max_downloads < 1:
-            raise ConfigError(f"'max_downloads' must be a positive int (got {self.max_downloads!r})")
-        if isinstance(self.max_refetches, bool) or not isinstance(self.max_refetches, int) or self.max_refetches < 0:
-            raise ConfigError(f"'max_refetches' must be a non-negative int (got {self.max_refetches!r})")
+        for name, minimum in (("reserve_bytes", 0), ("max_downloads", 1), ("max_refetches", 0)):
+            check_int(name, getattr(self, name), minimum)
 
     def describe_limit(self) -> str:
         return f"{format_bytes(self.limit_bytes)} ({self.limit_bytes} bytes)"

@@ -8,6 +8,7 @@ import pytest
 
 from dataprep.cli import main as dataprep_main
 from dataprep.synthetic import SyntheticSpec, make_dataset
+from tests.samples import image_dataset
 
 
 @pytest.fixture(scope="session")
@@ -20,11 +21,8 @@ def raw_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def image_shards(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A read-only tar-shard directory: 48 images (short side 64), 4 classes, several shards."""
-    out = tmp_path_factory.mktemp("loaders-shards") / "shards"
-    args = ["shard", str(raw_dataset / "images"), str(out), "--samples-per-shard", "10", "--resize-short", "64",
-            "--workers", "1"]
-    assert dataprep_main(args) == 0
-    return out
+    root = tmp_path_factory.mktemp("loaders-shards")
+    return image_dataset(root, raw_dataset / "images", per_shard=10, resize_short=64).shards
 
 
 @pytest.fixture(scope="session")

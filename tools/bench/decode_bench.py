@@ -12,7 +12,7 @@ distort them little; megapixels are those of the encoded images. Then the fused 
 crop runs on 1 and 2 threads (wall time) to show whether the codecs release the GIL.
 
 The tool only measures: it prints which backend the rule "switch from Pillow only when
-the other is >10% faster on the fused path" picks; ``loaders.decode.DEFAULT_BACKEND`` is
+the other is >10% faster on the fused path" picks; ``loaders.read.decode.DEFAULT_BACKEND`` is
 what the library uses.
 """
 

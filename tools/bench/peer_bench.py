@@ -30,7 +30,7 @@ rows (``ROWS``):
   scripts do (written with torch): float32 [3, 224, 224].
 - ``ours-fused``: ``loaders.DataLoader``, thread workers, ``RandomResizedCropDecode``
   (crop drawn from the header; only the JPEG rows and columns the resize reads are
-  decoded, at the smallest DCT scale covering 224: ``loaders.region``): uint8 [224, 224, 3].
+  decoded, at the smallest DCT scale covering 224: ``loaders.read.region``): uint8 [224, 224, 3].
 - ``ours-pil``: ``loaders.DataLoader(worker_type="auto")`` with the very ``PilCrop`` of
   ``stock-uint8`` (loader against loader on identical per-sample work; the workers column
   says what "auto" chose).

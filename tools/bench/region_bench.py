@@ -18,7 +18,7 @@ Accuracy: the fused outputs with and without the lane on the same boxes: mean ab
 difference per pixel (0..255), its maximum, and the share of images equal bit for bit (all of
 them: the lane decodes with Pillow's own libjpeg, named in the report, and resizes as the
 full decode does).
-Needs the extension (``loaders.region.is_available()``). Run it alone: it times one core.
+Needs the extension (``loaders.read.region.is_available()``). Run it alone: it times one core.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Token sequences read by threads or processes: ``python -m tools.bench.token_threads``.
 
 Whether ``TokenDataset`` should declare ``releases_gil`` (thread workers by default under
-``loaders.DataLoader``): makes a token corpus (``tools.pack_bench``'s: a real .idx, a sparse
+``loaders.DataLoader``): makes a token corpus (``tools.bench.pack_bench``'s: a real .idx, a sparse
 .bin read from the page cache) and measures, in ``--rounds`` interleaved rounds:
 
 - ``T`` Python threads (1 .. ``--threads``) each reading and collating its own consecutive

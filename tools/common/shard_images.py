@@ -50,7 +50,7 @@ class ShardImages:
 
 
 def image_field_of(shard_dir: str | os.PathLike[str]) -> str:
-    """The first of ``loaders.transforms.IMAGE_FIELDS`` the shards hold; ``ToolError`` if none."""
+    """The first of ``loaders.read.transforms.IMAGE_FIELDS`` the shards hold; ``ToolError`` if none."""
     return _image_field(TarShardSet(shard_dir))
 
 

@@ -8,7 +8,7 @@ timed on one core, as CPU seconds of the measuring thread (best of ``--repeat``,
 round-robin, so a burst of load elsewhere hits them alike):
 
 - decode (codec only): full-resolution JPEG decode into a Pillow image;
-- decode to array: the same, then the uint8 RGB array (``loaders.decode.decode_rgb``);
+- decode to array: the same, then the uint8 RGB array (``loaders.read.decode.decode_rgb``);
 - decode + resize 224 (full res): full decode, then one resize to 224x224 (no draft mode);
 - RandomResizedCrop 224: the fused training path (``RandomResizedCropDecode``);
 - CenterCrop 224: the fused evaluation path (``CenterCropDecode``);
@@ -197,7 +197,7 @@ def collate_batches(count: int, batch_size: int = COLLATE_BATCH, *, seed: int = 
 
 
 def time_collate(batches: Sequence[Sequence[dict[str, Any]]]) -> float:
-    """CPU seconds of this thread to collate every batch with ``loaders.collate.default_collate``."""
+    """CPU seconds of this thread to collate every batch with ``loaders.loader.collate.default_collate``."""
     start = time.thread_time()
     for batch in batches:
         default_collate(batch)

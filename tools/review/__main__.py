@@ -2,11 +2,13 @@
 
 Prints one table (measurement x package) and the first findings of each measurement:
 import cycles per package (every import counts, including those inside functions and under
-``TYPE_CHECKING``), tools modules importing a program, modules over 400 lines, functions
-over 40, constructors over 8 parameters, classes built with more than five positional
-fields, reads of another module's private names, helper functions defined in more than one
-file, ``print`` in library code, lines over 120 characters and ``# type: ignore`` comments.
-Exit status 1 when there is an import cycle (the hard rule), 2 for bad arguments, else 0.
+``TYPE_CHECKING``), imports against the layer order, tools modules importing a program,
+modules over 400 lines, functions over 40, constructors over 8 parameters, classes built
+with more than five positional fields, reads of another module's private names, helper
+functions defined in more than one file, public names defined twice, references that do
+not resolve, ``print`` in library code, lines over 120 characters and ``# type: ignore``
+comments. Exit status 1 when a hard rule is broken (``measure.HARD_RULES``), 2 for bad
+arguments, else 0.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ names that mean two things.
 Each package's folders (and top-level modules) are stages in an order (``LAYERS``): one may
 import those before it, never one after it, so the folder graph has no circle and reads in
 the order of the data flow. A folder missing from the order is reported (a new folder must
-be given its place). ``loaders`` reads shards through ``dataprep.formats`` and object
-storage through ``dataprep.remote``, and imports nothing else of ``dataprep``. A class,
+be given its place). ``loaders`` reads shards through ``dataprep.formats``, object
+storage through ``dataprep.remote`` and counts CPUs with ``dataprep.cpus``, and imports
+nothing else of ``dataprep``. A class,
 function or constant defined at module level in two product modules is one name with two
 meanings (re-exports are imports, not definitions, and do not count).
 """
@@ -17,16 +18,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from tools.review.scans import Finding
-from tools.review.source import Module
+from tools.review.source import Module, assigned_names, top_level
 
 # Per package, its folders and top-level modules from the bottom up: each may import only those before it.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "dataprep": ("errors", "formats", "remote", "output", "inputs", "clean", "tokenize", "plan", "engines",
-                 "commands", "cli", "synthetic"),
-    "loaders": ("errors", "validate", "state_keys", "cache", "read", "augment", "batch_decode", "loader", "tokens"),
+    "dataprep": ("errors", "cpus", "phases", "formats", "remote", "output", "inputs", "clean", "tokenize", "plan",
+                 "engines", "commands", "cli", "synthetic"),
+    "loaders": ("errors", "validate", "state_keys", "cache", "read", "augment", "batch_decode", "loader", "tokens",
+                "profiler"),
 }
-# What loaders may import of dataprep: the shard formats and the object-store client.
-LOADERS_READS_DATAPREP = ("dataprep.formats", "dataprep.remote")
+# What loaders may import of dataprep: the CPU count, the shard formats and the object-store client.
+LOADERS_READS_DATAPREP = ("dataprep.cpus", "dataprep.formats", "dataprep.remote")
 
 
 def _stage(name: str) -> tuple[str, str] | None:
@@ -81,15 +83,15 @@ def _is_type_variable(value: ast.expr | None) -> bool:
 
 
 def _defined_names(module: Module) -> Iterable[tuple[str, int]]:
-    """Public classes, functions and UPPER_CASE constants defined at the top of ``module``."""
-    for node in module.tree.body:
+    """Public classes, functions and UPPER_CASE constants defined at the top of ``module`` (under
+    ``if``/``try`` too), constants in any assignment form: ``A = 1``, ``A, B = 1, 2``, ``A: int = 1``, ``A += 1``."""
+    for node in top_level(module.tree.body):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.name, node.lineno
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and not _is_type_variable(node.value):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                if isinstance(target, ast.Name) and target.id.isupper():
-                    yield target.id, node.lineno
+        elif not _is_type_variable(getattr(node, "value", None)):
+            for name in assigned_names(node):
+                if name.isupper():
+                    yield name, node.lineno
 
 
 def duplicate_names(modules: Iterable[Module], packages: tuple[str, ...] = ("dataprep", "loaders")) -> list[Finding]:

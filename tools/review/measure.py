@@ -1,9 +1,13 @@
 """One review of a checkout: every measurement over its packages, the summary table and the JSON results.
 
 The hard rules are ``cycles`` (an import cycle), ``layer_violations`` (an import against a
-package's layer order, ``tools.review.layers``) and ``foreign_reads`` (loaders importing
-dataprep outside its formats and remote client): any of them fails the review. The other
-measurements are reported. Per-package columns count findings in that top-level folder.
+package's layer order, ``tools.review.layers``), ``foreign_reads`` (loaders importing
+dataprep outside its formats and remote client), ``duplicate_names`` (a public class,
+function or constant, in any assignment form, defined in two product modules) and
+``stale_references`` (a docstring or Markdown reference to code that does not exist,
+``tools.review.references``): any of them fails the review. The other measurements are
+reported. Per-package columns count findings in that top-level folder (the total also
+counts the Markdown at the top of the checkout and in ``docs/``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.common.report import format_table
-from tools.review import layers, scans
+from tools.review import layers, references, scans
 from tools.review.imports import Graph, cycles, import_graph, imports_of_programs
 from tools.review.scans import Finding
 from tools.review.source import Module, load_tree
@@ -26,7 +30,7 @@ ALL_PACKAGES = (*CODE_PACKAGES, "tests", "examples")  # duplicates, line lengths
 MEASURES = (
     ("cycles", "import cycles (strongly connected groups; hard rule)", CODE_PACKAGES),
     ("layer_violations", "imports against the package's layer order (hard rule)", ("dataprep", "loaders")),
-    ("foreign_reads", "loaders importing dataprep beyond formats and remote (hard rule)", ("loaders",)),
+    ("foreign_reads", "loaders importing dataprep beyond formats, remote and cpus (hard rule)", ("loaders",)),
     ("unplaced_stages", "folders missing from their package's layer order", ("dataprep", "loaders")),
     ("program_imports", "tools modules importing a program", ("tools",)),
     ("long_modules", f"modules over {scans.MAX_MODULE_LINES} lines", CODE_PACKAGES),
@@ -36,7 +40,10 @@ MEASURES = (
      CODE_PACKAGES),
     ("private_reads", "reads of another module's private names", CODE_PACKAGES),
     ("duplicate_helpers", "helper names defined in more than one file", ALL_PACKAGES),
-    ("duplicate_names", "public names defined in two product modules", ("dataprep", "loaders")),
+    ("duplicate_names", "public names defined in two product modules (hard rule)", ("dataprep", "loaders")),
+    ("stale_references", "docstring and Markdown references that do not resolve (hard rule)", ALL_PACKAGES),
+    ("readme_gaps", f"folders of over {references.MAX_MODULES_WITHOUT_README} modules without a README of their job",
+     CODE_PACKAGES),
     ("library_prints", "print() in library code", CODE_PACKAGES),
     ("long_lines", f"lines over {scans.MAX_LINE} characters", ALL_PACKAGES),
     ("type_ignores", "# type: ignore", CODE_PACKAGES),
@@ -44,9 +51,10 @@ MEASURES = (
 )
 
 
-HARD_RULES = ("cycles", "layer_violations", "foreign_reads")
+HARD_RULES = ("cycles", "layer_violations", "foreign_reads", "duplicate_names", "stale_references")
 _BROKEN = {"cycles": "import cycles", "layer_violations": "imports against the layers",
-           "foreign_reads": "loaders reading dataprep beyond formats and remote"}
+           "foreign_reads": "loaders reading dataprep beyond formats, remote and cpus",
+           "duplicate_names": "names defined twice", "stale_references": "references that do not resolve"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,8 @@ class Review:
 
     @property
     def failed(self) -> bool:
-        """A hard rule broken: an import cycle, an import against the layers, a read of dataprep's insides."""
+        """A hard rule broken (``HARD_RULES``): an import cycle, an import against the layers, a read of
+        dataprep's insides, a name defined twice, a reference to nothing."""
         return any(self.findings[key] for key in HARD_RULES)
 
     def count(self, key: str, package: str | None = None) -> int:
@@ -112,6 +121,8 @@ def review(root: Path) -> Review:
         "private_reads": scans.private_reads(code),
         "duplicate_helpers": scans.duplicate_helpers(every),
         "duplicate_names": layers.duplicate_names(code),
+        "stale_references": references.stale_references(root, every),
+        "readme_gaps": references.readme_gaps(root, code),
         "library_prints": scans.library_prints(code, _exempt_from_prints(root)),
         "long_lines": scans.long_lines(every),
         "type_ignores": ignores,
@@ -135,5 +146,5 @@ def format_review(result: Review, *, details: int) -> str:
         if len(found) > details:
             lines.append(f"  ... {len(found) - details} more (--details N)")
     broken = [_BROKEN[key] for key in HARD_RULES if result.findings[key]]
-    verdict = f"FAILED: {', '.join(broken)}" if broken else "ok: no import cycle, no import against the layers"
+    verdict = f"FAILED: {', '.join(broken)}" if broken else "ok: every hard rule holds"
     return "\n".join([*lines, "", verdict])

@@ -14,8 +14,8 @@ File ``<shard>.tar.idx`` next to ``<shard>.tar``, little-endian, version 1::
                int64[N]     key_end        end of each key in the key blob (start = previous end)
                uint8[K]     keys           UTF-8 sample keys, concatenated
 
-72 + 16·F bytes per sample: 10⁶ samples with 3 fields cost 72 MB in all shards. Arrays
-are plain numpy (no per-sample Python objects), so forked workers share them.
+24 + 16·F bytes per sample plus its key's UTF-8 bytes: 10⁶ samples with 3 fields and 20-byte keys cost
+92 MB in all shards. Arrays are plain numpy (no per-sample Python objects), so forked workers share them.
 
 The tar members of a sample are ``<key>.<field>`` in WebDataset's convention: the key
 is the member path up to the first dot of its last component, the field is the rest.

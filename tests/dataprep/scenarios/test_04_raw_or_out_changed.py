@@ -92,8 +92,9 @@ def test_raw_restored_after_refused_resume_resumes(cli, tmp_path: Path) -> None:
     run = interrupted_run(tmp_path, args)
     extra = image_file(raw / "dog" / "zz_new.png", color=(4, 4, 4), fmt="PNG")
     res = run_in(cli, args, run)
-    if res.rc == 0:
-        pytest.skip("resume over a changed RAW accepted (checked in test_raw_changed_between_kill_and_resume)")
+    # Resuming over the changed RAW would mix two versions of it: refused, naming the new file and the way out.
+    assert res.rc == 2, f"a resume over a changed RAW was not refused: {res.text}"
+    assert "Restore RAW" in res.err and extra.name in res.err, res.err
     extra.unlink()
     res = run_in(cli, args, run)
     assert res.rc == 0, res.text

@@ -7,28 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.cli import main as dataprep_main
 from tests.loaders.cache.remote_images import upload
 from tests.remote.fixtures import bucket, proxy, remote_dataset, s3_env, s3_server  # noqa: F401
-
-
-def _shard(raw: Path, out: Path, seed: int) -> Path:
-    args = ["shard", str(raw / "images"), str(out), "--samples-per-shard", "6", "--resize-short", "256",
-            "--workers", "1", "--seed", str(seed)]
-    assert dataprep_main(args) == 0
-    return out
+from tests.samples import image_dataset
 
 
 @pytest.fixture(scope="session")
 def image_folder(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """48 images (short side 256) in 8 tar shards of 6, about 100-200 KB each, with index sidecars."""
-    return _shard(raw_dataset, tmp_path_factory.mktemp("cache-images") / "shards", seed=0)
+    return image_dataset(tmp_path_factory.mktemp("cache-images"), raw_dataset / "images", per_shard=6,
+                         resize_short=256, order_seed=0).shards
 
 
 @pytest.fixture(scope="session")
 def image_folder_v2(raw_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same images sharded again with another seed: the same shard names, other bytes (a rewrite)."""
-    return _shard(raw_dataset, tmp_path_factory.mktemp("cache-images-v2") / "shards", seed=1)
+    return image_dataset(tmp_path_factory.mktemp("cache-images-v2"), raw_dataset / "images", per_shard=6,
+                         resize_short=256, order_seed=1).shards
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ def test_json_report_has_documented_fields(capsys: pytest.CaptureFixture[str]) -
     for case in results["cases"]:
         assert set(case) == CASE_FIELDS
         assert case["images_per_s"] > 0 and case["megapixels_per_s"] > 0 and case["cpu_seconds"] > 0
-    for backend in backends:
-        decode_only = cases[("decode full", backend)]["cpu_seconds"]
-        assert decode_only < cases[("decode + resize 224", backend)]["cpu_seconds"]
+    # Clock-free: every case counts the same 3 encoded images, so megapixels per image agree (which
+    # case is faster is the measurement, never an assertion).
+    per_image = {case["megapixels_per_s"] / case["images_per_s"] for case in results["cases"]}
+    assert max(per_image) == pytest.approx(min(per_image))
     assert {t["backend"] for t in results["threads"]} == backends
     for row in results["threads"]:
         assert set(row) == THREAD_FIELDS

@@ -31,7 +31,7 @@ def test_both_runs_cover_the_same_images_and_the_ratio_is_consistent(report: Sha
             and report.shard_cpu_s > 0)
     assert report.ideal_images_per_s == pytest.approx(report.single_core_images_per_s * 1)
     assert report.ratio == pytest.approx(report.shard_images_per_s / report.ideal_images_per_s)
-    assert 0 < report.ratio < 2 and 0 < report.cpu_efficiency < 2 and report.cores_used > 0
+    assert report.ratio > 0 and report.cpu_efficiency > 0 and report.cores_used > 0  # figures, not bounds
     assert report.meets_target == (report.ratio >= TARGET_RATIO)
     assert report.one_worker_wall_s > 0
     assert (report.write_loop_samples == report.samples_kept and report.write_loop_wall_s > 0
@@ -65,7 +65,7 @@ def test_main_generates_raw_data_and_writes_json(tmp_path: Path, capsys: pytest.
                             "shard_images_per_s", "shard_input_mb_s", "ideal_images_per_s", "ratio", "target_ratio",
                             "meets_target", "cpu_efficiency", "cores_used", "resident_after_warmup", "notes"}
     assert results["generated"] is True and results["images"] == 6 and results["samples_kept"] == 6
-    assert results["target_ratio"] == TARGET_RATIO and 0 < results["ratio"] < 2
+    assert results["target_ratio"] == TARGET_RATIO and results["ratio"] > 0
 
 
 def test_record_appends_dated_entries_and_says_so(report: ShardBenchReport, tmp_path: Path,

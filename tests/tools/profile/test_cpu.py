@@ -46,14 +46,18 @@ def text_only_shards(root: Path) -> Path:
 
 def test_every_stage_is_measured_with_consistent_figures(report: CpuReport) -> None:
     assert [s.stage for s in report.stages] == [DECODE, DECODE_ARRAY, DECODE_RESIZE, RANDOM_CROP, CENTER_CROP, COLLATE]
+    # Only what does not depend on the clock: every stage saw the 12 images and took some CPU time
+    # (which stage is faster is what the tool measures, never what a test may assert).
     for rate in report.stages:
-        assert rate.images == 12 and rate.cpu_seconds > 0 and rate.images_per_s > 0 and rate.megapixels_per_s > 0
-    # Decoding alone is cheaper than decoding and then resizing the full-resolution image.
-    assert report.stage(DECODE).images_per_s > report.stage(DECODE_RESIZE).images_per_s
-    # Megapixels count the encoded images (mean 519x439 here), collate the 224x224 outputs.
+        assert rate.images == 12 and rate.cpu_seconds > 0
+        assert rate.images_per_s == pytest.approx(12 / rate.cpu_seconds)
+    # Megapixels count the encoded images (mean 519x439 here) for every decoding stage, the
+    # 224x224 outputs for collate.
     info = report.images
-    assert report.stage(DECODE).megapixels == pytest.approx(12 * info["mean_width"] * info["mean_height"] / 1e6,
-                                                            rel=0.2)
+    encoded = report.stage(DECODE).megapixels
+    assert encoded == pytest.approx(12 * info["mean_width"] * info["mean_height"] / 1e6, rel=0.2)
+    for stage in (DECODE_ARRAY, DECODE_RESIZE, RANDOM_CROP, CENTER_CROP):
+        assert report.stage(stage).megapixels == pytest.approx(encoded)
     assert report.stage(COLLATE).megapixels == pytest.approx(12 * 224 * 224 / 1e6)
     with pytest.raises(KeyError, match="no stage"):
         report.stage("nope")
@@ -63,7 +67,7 @@ def test_scaling_covers_threads_and_processes_with_efficiency_against_one_worker
     points = {(p.mode, p.workers): p for p in report.scaling}
     assert set(points) == {(THREAD, 1), (THREAD, 2), (PROCESS, 1), (PROCESS, 2)}
     for p in report.scaling:
-        assert p.images == 12 and p.wall_seconds > 0 and 0 < p.efficiency < 2
+        assert p.images == 12 and p.wall_seconds > 0 and p.efficiency > 0
     assert points[(THREAD, 1)].efficiency == pytest.approx(1.0)
     assert points[(PROCESS, 1)].efficiency == pytest.approx(1.0)
     two = points[(THREAD, 2)]

@@ -1,31 +1,20 @@
 """tools.review: each measurement on a small tree built to trip it, the exit status on an import
-cycle, the JSON report, and this checkout itself (no cycle, no tools module importing a program)."""
+cycle, the JSON report, and this checkout itself (no hard rule broken, no tools module importing a
+program). The references rule has its own tests (``test_references.py``)."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.tools.review.trees import write_tree
 from tools.review.__main__ import main
 from tools.review.imports import cycles
-from tools.review.measure import review
+from tools.review.measure import HARD_RULES, review
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    for package in ("dataprep", "loaders", "tools", "tests"):
-        for folder in [root / package, *(p for p in (root / package).rglob("*") if p.is_dir())]:
-            if folder.is_dir() and package != "tests":
-                (folder / "__init__.py").touch()
-    return root
 
 
 def _names(root: Path, key: str) -> list[str]:
@@ -34,7 +23,7 @@ def _names(root: Path, key: str) -> list[str]:
 
 def test_a_cycle_held_by_a_type_checking_import_fails_the_review(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "loaders/a.py": "from loaders.b import B\n",
         "loaders/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loaders.a import A\nB = 1\n",
     })
@@ -44,7 +33,7 @@ def test_a_cycle_held_by_a_type_checking_import_fails_the_review(tmp_path: Path,
 
 
 def test_an_import_inside_a_function_and_a_package_init_count(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "dataprep/run.py": "def go():\n    from dataprep import ranges\n",
         "dataprep/ranges.py": "from dataprep.run import go\n",
         "loaders/x.py": "from loaders import VERSION\n",
@@ -56,7 +45,7 @@ def test_an_import_inside_a_function_and_a_package_init_count(tmp_path: Path) ->
 
 
 def test_no_cycle_exits_0_and_the_json_has_every_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _tree(tmp_path, {"loaders/a.py": "import loaders.b\n", "loaders/b.py": "import os\n"})
+    write_tree(tmp_path, {"loaders/a.py": "import loaders.b\n", "loaders/b.py": "import os\n"})
     assert main(["--root", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["tool"] == "review" and doc["results"]["failed"] is False
@@ -70,7 +59,7 @@ def test_cycles_finds_every_strongly_connected_group() -> None:
 
 def test_sizes_records_and_private_reads(tmp_path: Path) -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(40))
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "dataprep/big.py": "X = 1\n" * 401,
         "dataprep/long.py": f"def long():\n{body}\n\ndef short():\n    return 1\n",
         "loaders/wide.py": "class W:\n    def __init__(self, a, b, c, d, e, f, g, h, i):\n        self._kept = a\n",
@@ -87,7 +76,7 @@ def test_sizes_records_and_private_reads(tmp_path: Path) -> None:
 
 
 def test_duplicates_prints_lines_and_type_ignores(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "tests/test_a.py": "def shard_cli():\n    pass\n\ndef test_x():\n    pass\n",
         "tests/test_b.py": "def shard_cli():\n    pass\n\ndef test_x():\n    pass\n",
         "tools/p.py": "def main():\n    print('a program')\n",
@@ -110,7 +99,7 @@ def test_duplicates_prints_lines_and_type_ignores(tmp_path: Path) -> None:
 
 def test_a_module_importing_a_program_is_reported(tmp_path: Path) -> None:
     main_block = "import sys\nif __name__ == '__main__':\n    sys.exit(0)\n"
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "tools/bench/one.py": "from tools.profile.two import helper\n" + main_block,
         "tools/profile/two.py": "def helper():\n    pass\n" + main_block,
         "tools/common/lib.py": "def shared():\n    pass\n",
@@ -129,15 +118,17 @@ def test_a_bad_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "not a directory" in capsys.readouterr().err
 
 
-def test_this_checkout_has_no_import_cycle_and_no_tools_module_importing_a_program() -> None:
+def test_this_checkout_breaks_no_hard_rule_and_no_tools_module_imports_a_program() -> None:
     result = review(ROOT)
-    assert result.findings["cycles"] == [] and result.findings["program_imports"] == []
+    broken = {key: [f"{f.where()} {f.name}" for f in result.findings[key]] for key in HARD_RULES}
+    assert broken == {key: [] for key in HARD_RULES}
+    assert result.findings["program_imports"] == []
 
 
 def test_an_import_against_the_layer_order_fails_the_review(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """dataprep's formats sit below its engines: formats importing an engine is refused, the other way is fine."""
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "dataprep/formats/manifest.py": "from dataprep.engines.loop import run\n",
         "dataprep/engines/loop.py": "from dataprep.errors import E\nrun = 1\n",
         "dataprep/errors.py": "E = 1\n",
@@ -150,7 +141,7 @@ def test_an_import_against_the_layer_order_fails_the_review(tmp_path: Path,
 
 
 def test_loaders_may_read_dataprep_only_through_formats_and_remote(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "loaders/read/shards.py": "from dataprep.formats.manifest import M\nfrom dataprep.plan.seen import S\n",
         "loaders/cache/cache.py": "from dataprep.remote import R\n",
         "dataprep/formats/manifest.py": "M = 1\n",
@@ -161,11 +152,11 @@ def test_loaders_may_read_dataprep_only_through_formats_and_remote(tmp_path: Pat
     assert review(tmp_path).failed
 
 
-def test_a_public_name_defined_in_two_product_modules_is_reported(tmp_path: Path) -> None:
-    _tree(tmp_path, {
+def test_a_public_name_defined_in_two_product_modules_fails_the_review(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
         "dataprep/inputs/a.py": "class Layout:\n    pass\nLIMIT = 1\nT = TypeVar('T')\n_private = 1\n",
         "loaders/cache/b.py": "def Layout():\n    pass\nLIMIT = 2\nT = TypeVar('T')\n_private = 2\n",
     })
     found = review(tmp_path).findings["duplicate_names"]
     assert sorted((f.name, f.count) for f in found) == [("LIMIT", 2), ("Layout", 2)]
-    assert not review(tmp_path).failed
+    assert review(tmp_path).failed
