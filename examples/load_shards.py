@@ -10,7 +10,6 @@ float32 tensors), as an ImageFolder-style training script would do it.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 import torch.utils.data
 from PIL import Image
 
-from loaders import DataLoader, ShardDataset
+from loaders import DataLoader, ShardDataset, cpus_available
 from loaders.read.topology import default_num_workers
 from loaders.read.transforms import RandomResizedCropDecode
 
@@ -79,7 +78,7 @@ def main() -> None:
     dataset = ShardDataset(args.shards, fields=("jpg", "cls"), transform=RandomResizedCropDecode(args.size))
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     print(f"{len(dataset)} samples in {len(dataset.shards.shard_names)} shards, {args.workers} workers "
-          f"({loader.worker_type} mode), batch {args.batch_size}, {os.cpu_count()} CPUs")
+          f"({loader.worker_type} mode), batch {args.batch_size}, {cpus_available()} CPUs")
     batch = next(iter(loader))
     image, cls = batch["image"], batch["cls"]
     print(f"batch: image {tuple(image.shape)} {image.dtype}, cls {tuple(cls.shape)} {cls.dtype}")

@@ -35,6 +35,7 @@ from torch import nn
 from dataprep.cli import main as dataprep_main
 from dataprep.synthetic import SyntheticSpec, make_dataset
 from loaders import DataLoader, TokenDataset, cpus_available
+from loaders.state_keys import KEY_GLOBAL_POSITION
 
 
 def make_token_shards(out: Path, *, documents: int = 2000, seed: int = 0) -> Path:
@@ -209,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{loader.worker_type} workers, device {args.device} ({torch.get_num_threads()} threads), "
           f"{parameters / 1e6:.2f} M parameters", flush=True)
     trainer.train()
-    position = loader.state_dict()["tokens"]
+    sequence = loader.state_dict()["tokens"][KEY_GLOBAL_POSITION]  # packed sequences all ranks consumed
     print(f"stopped at step {trainer.step}: epoch {loader.epoch}, batch {loader.batches_consumed} of {len(loader)} "
-          f"(global sequence {position['sequence']}; order digest of [0, {position['sequence']}): "
-          f"{loader.order_digest(0, position['sequence'])[:16]})", flush=True)
+          f"(global sequence {sequence}; order digest of [0, {sequence}): "
+          f"{loader.order_digest(0, sequence)[:16]})", flush=True)
     if args.checkpoint is not None:
         trainer.save(args.checkpoint)
         print(f"checkpoint saved to {args.checkpoint} (step {trainer.step})", flush=True)

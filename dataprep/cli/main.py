@@ -8,26 +8,39 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
+from dataprep.cli.help import DefaultsFormatter, add_global_flags, package_version
 from dataprep.cli.interrupts import keep_interrupts
-from dataprep.cli.read_commands import EXIT_OK, add_read_parsers, run_index, run_info, run_verify
+from dataprep.cli.read_commands import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_read_parsers,
+    run_index,
+    run_info,
+    run_verify,
+)
 from dataprep.cli.shard_command import add_shard_parser, config_from_args, run_shard
 from dataprep.errors import DataprepError, OutputExistsError, UsageError
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
-EXIT_FAILURE, EXIT_USAGE = 1, 2
-
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: ``dataprep [-v] shard|verify|info|index ...``."""
-    parser = argparse.ArgumentParser(prog="dataprep", description="Clean raw datasets and shard them for fast loading.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    """The whole command line: ``dataprep [-v] [--version] shard|verify|info|index [-v] ...``."""
+    parser = argparse.ArgumentParser(prog="dataprep", description="Clean raw datasets and shard them for fast loading.",
+                                     formatter_class=DefaultsFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s (shardfeed) {package_version()}")
+    add_global_flags(parser, on_subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True)
     add_shard_parser(sub)
     add_read_parsers(sub)
+    for command in sub.choices.values():
+        command.formatter_class = DefaultsFormatter
+        add_global_flags(command, on_subcommand=True)
     return parser
 
 
@@ -48,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="dataprep: %(message)s")
     try:
-        return _run(args, argv)
+        status = _run(args, argv)
+        sys.stdout.flush()  # here, where a reader that closed the pipe (``| head``) is caught below
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except (UsageError, OutputExistsError) as err:
         print(f"dataprep: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -61,6 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dataprep: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """The command's work is done and its reader stopped reading (``dataprep info OUT | head -5``): exit quietly,
+    status 0, with stdout pointed at the null device so that Python's own flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

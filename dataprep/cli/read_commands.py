@@ -13,21 +13,22 @@ from dataprep.commands.summary import format_table
 from dataprep.errors import UsageError
 from dataprep.formats.sizes import format_bytes
 
-EXIT_OK, EXIT_FAILURE = 0, 1
+# The exit statuses of every sub-command (main: the usage error and the failures it catches).
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def add_read_parsers(sub: Any) -> None:
     """The ``verify``, ``info`` and ``index`` sub-commands on ``sub`` (the top parser's sub-parsers)."""
     p = sub.add_parser("verify", help="re-hash shards against the manifest and check index sidecars")
     p.add_argument("out", help="a shard directory or a store URL (s3://bucket/prefix)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p = sub.add_parser("info", help="counts, sizes, labels and rejects of a shard directory")
     p.add_argument("out", help="a shard directory or a store URL (s3://bucket/prefix)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print what OUT holds as JSON")
     p = sub.add_parser("index", help="adopt existing WebDataset tar shards: write index sidecars and a manifest")
-    p.add_argument("dir", type=Path)
-    p.add_argument("--pattern", default="*.tar", help="shard file glob (default *.tar)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("dir", type=Path, help="the folder of the tar shards (the sidecars and manifest go there)")
+    p.add_argument("--pattern", default="*.tar", help="shard file glob")
+    p.add_argument("--json", action="store_true", help="print the counts as JSON")
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from dataprep.errors import UsageError
 from dataprep.inputs.raw_source import MirroredRaw, check_planned_here, mirror_raw
 from dataprep.inputs.sources import LayoutChoice, choose_layout
 from dataprep.output.store import OutputStore
+from dataprep.phases import PhaseProgress
 from dataprep.plan.checkpoint import Checkpoint, save_checkpoint, state_dir
 from dataprep.plan.outdir import OutputState
 from dataprep.plan.plan_build import make_run_plan
@@ -76,14 +77,14 @@ def shard(config: ShardConfig, *, argv: tuple[str, ...] = (), progress: Progress
     tokenizer = run_tokenizer(config)
     raw, out = stage_options.raw_source(config), stage_options.out_target(config)
     budget = stage_options.reject_budget(config)
+    progress = progress or ProgressLine(None, enabled=False)
     with make_output(out, raw) as output, MirroredRaw(raw, out_is_remote=out.is_remote):
         fingerprint = config.fingerprint(tokenizer)
         store = output.store
         state = output.open(fingerprint, overwrite=config.overwrite)
         if state.finished is not None:
-            return already_complete(raw, out, budget, state.finished)
-        ctx, checkpoint = _open_run(config, store, state, fingerprint, tokenizer)
-        progress = progress or ProgressLine(None, enabled=False)
+            return already_complete(raw, out, budget, state.finished, progress)
+        ctx, checkpoint = _open_run(config, store, state, fingerprint, tokenizer, progress)
         progress.total = len(ctx.plan) if ctx.spec.handler.is_media else None
         outcome = engine.run(ctx, checkpoint, progress)
         publish_rejects(store)
@@ -101,22 +102,23 @@ def run_tokenizer(config: ShardConfig) -> Tokenizer | None:
 
 
 def _open_run(config: ShardConfig, store: OutputStore, state: OutputState, fingerprint: dict[str, Any],
-              tokenizer: Tokenizer | None) -> tuple[RunContext, Checkpoint]:
-    """The run: its saved plan and checkpoint when resuming (RAW must be unchanged), or a new plan."""
+              tokenizer: Tokenizer | None, progress: PhaseProgress) -> tuple[RunContext, Checkpoint]:
+    """The run: its saved plan and checkpoint when resuming (RAW must be unchanged), or a new plan (RAW's mirror,
+    walk and plan told to ``progress``)."""
     requested, tokenized = str(config.output_format), config.is_tokenized
     raw = stage_options.raw_source(config)
     if state.plan is not None and state.checkpoint is not None:
-        check_raw_unchanged(raw, stage_options.out_target(config), state.plan)
+        check_raw_unchanged(raw, stage_options.out_target(config), state.plan, progress)
         plan, checkpoint = RunPlan(state_dir(config.out)), state.checkpoint
         check_planned_here(raw, plan.units(0, len(plan)))
-        mirror_raw(raw)
+        mirror_raw(raw, progress)
         output_format = choose_format(requested, plan.layout, tokenized=tokenized)
     else:
-        mirror_raw(raw)
+        mirror_raw(raw, progress)
         choice = choose_layout(config.raw, config.layout, follow_symlinks=config.follow_symlinks)
         output_format = choose_format(requested, choice.layout, tokenized=tokenized)  # before planning
         stage_options.refuse_other_layouts_options(config, choice)
-        plan = _new_plan(config, choice, fingerprint)
+        plan = _new_plan(config, choice, fingerprint, progress)
         store.publish(plan_names())  # the plan, then the checkpoint that says a run is under way
         checkpoint = Checkpoint()
         save_checkpoint(store, checkpoint)
@@ -125,12 +127,13 @@ def _open_run(config: ShardConfig, store: OutputStore, state: OutputState, finge
     return RunContext(spec=spec, store=store, plan=plan, workers=config.workers), checkpoint
 
 
-def _new_plan(config: ShardConfig, choice: LayoutChoice, fingerprint: dict[str, Any]) -> RunPlan:
+def _new_plan(config: ShardConfig, choice: LayoutChoice, fingerprint: dict[str, Any],
+              progress: PhaseProgress) -> RunPlan:
     """Plan RAW into OUT's state folder; a plan refused half-way leaves no state folder."""
     directory = state_dir(config.out)
     directory.mkdir(exist_ok=True)
     try:
-        return make_run_plan(stage_options.plan_options(config), choice, directory, fingerprint)
+        return make_run_plan(stage_options.plan_options(config), choice, directory, fingerprint, progress=progress)
     except UsageError:
         shutil.rmtree(directory, ignore_errors=True)  # nothing was written but a part of the plan
         raise

@@ -33,6 +33,7 @@ from dataprep.formats.durable import unique_tmp_path_for
 from dataprep.inputs.lines import DEFAULT_MAX_RECORD_BYTES
 from dataprep.inputs.listing import Entry, list_raw
 from dataprep.inputs.records import FilePart, RawRecord, Unit
+from dataprep.phases import SILENT, PhaseProgress, counted
 
 if TYPE_CHECKING:  # the client is imported where a store URL is read: a local run never loads it
     from dataprep.remote import ObjectMeta, RemoteStore
@@ -69,11 +70,14 @@ class RawSource:
             return list_raw(self.root, follow_symlinks=self.follow_symlinks, exclude=self.exclude)
         return iter([_entry(meta) for meta in _listing(self)])
 
-    def digest(self) -> str:
-        """Hex sha256 of RAW's listing (``listing.listing_digest`` of the same entries)."""
+    def digest(self, progress: PhaseProgress = SILENT) -> str:
+        """Hex sha256 of RAW's listing (``listing.listing_digest`` of the same entries); ``progress`` told of the
+        walk ("walking RAW")."""
         digest = hashlib.sha256()
-        for entry in self.entries():
+        progress.begin("walking RAW", None, "entries")
+        for entry in counted(self.entries(), progress):
             digest.update(entry.encode())
+        progress.end()
         return digest.hexdigest()
 
     def named(self, detail: str) -> str:
@@ -81,11 +85,17 @@ class RawSource:
         return detail if self.url is None else detail.replace(f"{self.root}/", f"{self.url}/")
 
 
-def mirror_raw(raw: RawSource) -> None:
-    """Bring the mirror ``raw.root`` to the remote RAW's listing (module docstring); nothing for a local RAW."""
+def mirror_raw(raw: RawSource, progress: PhaseProgress = SILENT) -> None:
+    """Bring the mirror ``raw.root`` to the remote RAW's listing (module docstring); nothing for a local RAW.
+
+    ``progress``: told of the listing ("listing RAW", objects) and the downloads ("mirroring RAW", files
+    and bytes of those to fetch).
+    """
     if raw.url is None:
         return
-    listing = _listing(raw)
+    progress.begin("listing RAW", None, "objects")
+    listing = _listing(raw, progress)
+    progress.end()
     root = raw.root
     root.mkdir(parents=True, exist_ok=True)
     wanted = {meta.name for meta in listing}
@@ -94,9 +104,11 @@ def mirror_raw(raw: RawSource) -> None:
             path.unlink()
     stale = [meta for meta in listing if not _is_current(root / meta.name, meta)]
     store = _store(raw)
+    progress.begin("mirroring RAW", len(stale), "files")
     with ThreadPoolExecutor(MIRROR_THREADS, thread_name_prefix="raw-mirror") as pool:
-        for _ in pool.map(lambda meta: _download(store, root, meta), stale):
-            pass
+        for nbytes in pool.map(lambda meta: _download(store, root, meta), stale):
+            progress.advance(1, nbytes)
+    progress.end()
 
 
 def check_planned_here(raw: RawSource, units: Iterable[Unit]) -> None:
@@ -160,13 +172,13 @@ def _store(raw: RawSource) -> RemoteStore:
     return RemoteStore(raw.url, output_config(raw.timeout_s))
 
 
-def _listing(raw: RawSource) -> list[ObjectMeta]:
+def _listing(raw: RawSource, progress: PhaseProgress = SILENT) -> list[ObjectMeta]:
     """The objects of RAW in walk order (sorted by their keys' path components); a usage error if none."""
     from dataprep.remote import RemoteNotFoundError
 
     with _store(raw) as store:
         try:
-            found = [m for m in store.list() if m.name and not m.name.endswith("/")]
+            found = [m for m in counted(store.list(), progress) if m.name and not m.name.endswith("/")]
         except RemoteNotFoundError as err:
             raise UsageError(f"RAW {raw.url}: the bucket {store.url.bucket!r} does not exist; fix the URL") from err
     if not found:
@@ -190,7 +202,8 @@ def _is_current(path: Path, meta: ObjectMeta) -> bool:
     return st.st_size == meta.size and st.st_mtime_ns == _mtime_ns(meta)
 
 
-def _download(store: RemoteStore, root: Path, meta: ObjectMeta) -> None:
+def _download(store: RemoteStore, root: Path, meta: ObjectMeta) -> int:
+    """Fetch object ``meta`` to its path under ``root`` (a temporary name, then renamed); the bytes written."""
     final = root / meta.name
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = unique_tmp_path_for(final)
@@ -203,3 +216,4 @@ def _download(store: RemoteStore, root: Path, meta: ObjectMeta) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return meta.size

@@ -10,9 +10,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from dataprep.cli import main as dataprep_main
-from dataprep.synthetic import SyntheticSpec, make_dataset
 from tests.examples.helpers import load_example, run_example
+from tests.samples import image_dataset
 
 # 24 images / batch 8 = 3 batches per epoch; 1 worker thread keeps the 2 shared cores usable.
 COMMON = ["--device", "cpu", "--epochs", "1", "--batch-size", "8", "--image-size", "32", "--workers", "1"]
@@ -28,13 +27,7 @@ def _train(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("train-small")
-    make_dataset(root / "raw", SyntheticSpec(images=24, classes=3, seed=1, broken=False, tables=False, text=False))
-    out = root / "shards"
-    args = ["shard", str(root / "raw" / "images"), str(out), "--resize-short", "40", "--samples-per-shard", "10",
-            "--workers", "1"]
-    assert dataprep_main(args) == 0
-    return out
+    return image_dataset(tmp_path_factory.mktemp("train-small"), 24, classes=3, resize_short=40).shards
 
 
 @pytest.fixture(scope="module")

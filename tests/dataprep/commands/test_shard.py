@@ -87,7 +87,7 @@ def test_default_shard_size_is_one_unit_everywhere(tmp_path):
     from_cli = config_from_args(args).max_shard_bytes
     assert from_cli == DEFAULT_MAX_SHARD_BYTES == ShardConfig(tmp_path, tmp_path).max_shard_bytes
     assert from_cli == 256 * 2**20
-    assert "default 256MiB" in build_parser()._subparsers._group_actions[0].choices["shard"].format_help()
+    assert "(default: 256MiB" in build_parser()._subparsers._group_actions[0].choices["shard"].format_help()
 
 
 _LOCAL_RUN_IMPORTS = """
