@@ -125,6 +125,9 @@ def _forked_main(fn: Callable[..., Any], args: tuple[Any, ...], sender: Any, par
         outcome: Any = fn(*args)
     except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
         outcome = _Raised(err)
+    # The outcome is made: a Ctrl-C now would only print a traceback from the middle of the send; the parent,
+    # interrupted too, decides what happens to this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         sender.send(outcome)
     except (pickle.PicklingError, TypeError, AttributeError) as err:
