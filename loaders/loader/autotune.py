@@ -107,7 +107,6 @@ class Controller:
         if window.wait_fraction > self.target:
             return self._faster(window, knobs)
         return self._leaner(window, knobs)
-        return []
 
     def _judge(self, trial: _Trial, window: StatsWindow, knobs: Knobs) -> list[KnobChange] | None:
         """Undo a trial that did not pay: an increase without gain, a decrease that leaves the loop waiting."""
