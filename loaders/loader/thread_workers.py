@@ -36,21 +36,74 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.1  # how often a waiting consumer checks that the worker it waits for is alive
 _JOIN_S = 2.0  # how long close() waits for all threads; a thread stuck in user code is left behind
 
-# Pools with running threads. At interpreter exit they are stopped before finalisation:
-# a daemon thread still inside torch when the interpreter tears down is killed mid-C++
-# frame, and libstdc++ aborts the process ("terminate called without an active exception").
+# Pools with running threads. At interpreter exit they are stopped and their threads joined
+# before finalisation: torch frees a tensor by releasing and taking the GIL again, and a
+# daemon thread doing so while the interpreter finalises is ended inside a C++ destructor
+# (libstdc++ aborts the process: "terminate called without an active exception").
 # Threads of pools already garbage collected (``__del__`` does not join) are joined too.
 _RUNNING: weakref.WeakSet[ThreadWorkers] = weakref.WeakSet()
 _THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
+class _ExitGate:
+    """Which threads are inside the user's code (init or a batch), and what they may do at interpreter exit.
+
+    ``close()`` lets none enter; ``seal()``, once exit stops waiting for them, keeps any that
+    leave later from going on: each then blocks until the process ends, holding what it built.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside: set[int] = set()
+        self._closed = False
+        self._sealed = False
+
+    def enter(self) -> bool:
+        """False once the interpreter exits: the thread must leave without touching the dataset."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._inside.add(threading.get_ident())
+            return True
+
+    def leave(self) -> None:
+        """Never returns once sealed."""
+        with self._lock:
+            self._inside.discard(threading.get_ident())
+            sealed = self._sealed
+        if sealed:
+            threading.Event().wait()
+
+    def close(self) -> set[int]:
+        """Let no thread in from now on; the idents of those inside."""
+        with self._lock:
+            self._closed = True
+            return set(self._inside)
+
+    def seal(self) -> None:
+        with self._lock:
+            self._sealed = True
+
+
+_GATE = _ExitGate()
+
+
 @atexit.register
 def _stop_threads_at_exit() -> None:
+    """Join every thread outside the dataset (it only has to leave), then give those still inside it
+    ``_JOIN_S`` together: one stuck in a hanging ``__getitem__`` is left behind, sealed."""
+    inside = _GATE.close()
     for pool in list(_RUNNING):
         pool.close(wait=False)
+    threads = list(_THREADS)
+    for thread in threads:
+        if thread.ident not in inside:
+            thread.join()
     deadline = time.monotonic() + _JOIN_S
-    for thread in list(_THREADS):
+    for thread in threads:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    _GATE.seal()
+
 
 _Work = Callable[[int, Job], BatchOutcome]  # (worker_id, job) -> outcome
 _Inbox = queue.SimpleQueue[tuple[int, Job] | None]
@@ -71,10 +124,14 @@ class _Shared:
 def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
     init_error: Exception | None = None
     if shared.init is not None:
+        if not _GATE.enter():
+            return
         try:
             shared.init(worker_id)
         except Exception as err:  # noqa: BLE001 - reported with each batch of this worker, not lost in the thread
             init_error = err
+        finally:
+            _GATE.leave()
     while (item := inbox.get()) is not None:
         run_id, job = item
         if run_id != shared.run_id:
@@ -83,10 +140,14 @@ def _thread_main(shared: _Shared, worker_id: int, inbox: _Inbox) -> None:
         outcome = BatchOutcome.failed(epoch=job.epoch, position=job.position, worker_id=worker_id,
                                       indices=job.indices, failure=init_error)
         if init_error is None:
+            if not _GATE.enter():
+                return
             try:
                 outcome = shared.work(worker_id, job)
             except Exception as err:  # noqa: BLE001 - a bug in `work`: reported to the consumer
                 outcome.failure = err
+            finally:
+                _GATE.leave()
         shared.outbox.put((run_id, job.position, outcome))
 
 
@@ -112,7 +173,7 @@ class ThreadWorkers:
     worker_init_fn; ``get_worker_info()`` is None there). Constructing starts nothing:
     threads start on the first ``run`` and serve later runs until ``close()``, the
     context manager or garbage collection. Threads are daemons, so one stuck in a
-    hanging ``__getitem__`` cannot block interpreter exit.
+    hanging ``__getitem__`` cannot block interpreter exit; the others are joined at exit.
     """
 
     def __init__(self, work: _Work, *, num_workers: int, max_in_flight: int, timeout_s: float = 0.0,

@@ -22,10 +22,16 @@ def tell_to_stop(iterator: Any) -> None:
     Torch's own shutdown joins each worker for up to 5 s, which can stall a garbage
     collection. Here each worker gets torch's final signal (``None`` on its index queue,
     after ``done_event``) and leaves on its own, with exit code 0 as under torch's
-    shutdown; a daemon thread terminates any still running after ``STOP_GRACE_S``
+    shutdown; a thread terminates any still running after ``STOP_GRACE_S``
     (what torch's shutdown does to a worker that does not leave in time). The iterator
     is marked shut down: a worker terminated inside ``done_event.is_set()`` leaves the
     event's lock held, so torch's finaliser setting it again would hang the process.
+
+    That thread is not a daemon: interpreter exit waits for it (``STOP_GRACE_S`` at most,
+    only when a worker ignores the stop). It drops the iterator's last reference, and
+    torch frees a tensor by releasing and taking the GIL again: a daemon thread doing so
+    while the interpreter finalises is ended inside a C++ destructor and the process
+    aborts ("terminate called without an active exception", exit code -6).
     """
     done = getattr(iterator, "_workers_done_event", None)
     if done is None or getattr(iterator, "_shutdown", True):
@@ -48,7 +54,7 @@ def tell_to_stop(iterator: Any) -> None:
             # The thread holds the iterator: a worker still starting (spawn, forkserver) unpickles its
             # events and queues, whose semaphores must outlive its start.
             threading.Thread(target=terminate_stragglers, args=(workers,), kwargs={"keep": iterator},
-                             name="shardfeed-worker-reaper", daemon=True).start()
+                             name="shardfeed-worker-reaper", daemon=False).start()
         except RuntimeError:  # interpreter shutdown: no new threads; multiprocessing ends daemonic workers
             terminate_stragglers(workers, grace_s=0.0)
 

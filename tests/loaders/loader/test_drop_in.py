@@ -127,6 +127,63 @@ def test_no_worker_outlives_its_loaders_and_the_interpreter_exits_promptly(tmp_p
     assert wait_until(lambda: not any(is_alive(pid) for pid in workers)), "worker processes outlived the interpreter"
 
 
+_AT_EXIT = """
+import atexit, threading
+
+def report():
+    ours = sorted(t.name for t in threading.enumerate() if t.name.startswith(("loaders-", "shardfeed-")))
+    print("alive at exit:", ours, flush=True)
+
+atexit.register(report)  # registered first, so it runs after every exit hook of loaders
+
+import time
+import torch
+import torch.utils.data
+from loaders import DataLoader
+
+entered, release = threading.Event(), threading.Event()
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, hang=-1, slow=-1):
+        self.hang, self.slow = hang, slow
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        if i == self.hang:
+            time.sleep(120)  # never returns before the process ends
+        if i == self.slow:
+            entered.set()
+            release.wait()
+        return torch.full((256,), i)
+
+kept = []
+for worker_type in ("process", "thread"):  # one worker of each kind stuck in a sample (either thread)
+    loader = DataLoader(Items(hang=0), batch_size=4, num_workers=2, worker_type=worker_type, timeout=0.5)
+    kept.append(loader)
+    try:
+        list(loader)
+    except Exception as err:
+        assert "timed out" in str(err), err
+busy = iter(DataLoader(Items(slow=12), batch_size=4, num_workers=2, worker_type="thread"))
+next(busy)  # threads building the next batches, one inside a sample
+entered.wait()
+atexit.register(release.set)  # runs before the hooks of loaders: that sample ends during the exit
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_at_exit_only_a_worker_thread_stuck_in_a_sample_is_left_running(tmp_path: Path) -> None:
+    """A thread of ours still running while the interpreter finalises may free a tensor there, and the process
+    aborts (exit code -6, "terminate called without an active exception"): every thread that can end has ended
+    before finalisation: the reaper of stopped worker processes, idle thread workers, one leaving a sample."""
+    proc = run_script(tmp_path, _AT_EXIT, timeout_s=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done, alive = proc.stdout.split("\n")[:2]
+    assert done == "done", proc.stdout
+    assert alive in {"alive at exit: ['loaders-worker-0']", "alive at exit: ['loaders-worker-1']"}, proc.stdout
+
+
 class _Items:
     """A map-style dataset of ints (a plain class: torch accepts any object with __getitem__ and __len__)."""
 
