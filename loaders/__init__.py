@@ -24,7 +24,8 @@ from loaders.loader.loader_stats import LoaderStats, TuningDecision
 from loaders.loader.prefetch import DevicePrefetcher, to_device
 from loaders.read.datasets import ParquetShardDataset, ShardDataset
 from loaders.read.order import OrderMode, sample_rng, sample_seed
-from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.sample_index import SampleIndex
+from loaders.read.sampler import ShardSampler
 from loaders.read.topology import Topology, cpus_available, default_num_workers
 from loaders.read.transforms import CenterCropDecode, Compose, DecodeImage, DecodeLabel, RandomResizedCropDecode
 from loaders.tokens import Mixture, TokenDataset

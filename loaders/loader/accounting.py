@@ -7,11 +7,17 @@ time from one return to the next call is the loop's step. Where batches are buil
 device decode (``host_stage``). Each is kept for the last ``window`` batches, and ``window()``
 turns them into a ``StatsWindow`` of means and shares (pure arithmetic, no clock read).
 
-Cost: a few list appends and clock reads per batch (``tools/bench/autotune_bench.py`` measures it).
+Thread safety: the records are written by the training thread (and the device prefetcher's) and read by
+``stats()`` from any thread (``shardfeed-profile``'s sampler): each write, and ``window()``'s copy of the
+records, holds one lock for a few appends, so a window is always of whole batches, never torn.
+
+Cost: a few list appends, clock reads and uncontended lock acquisitions per batch
+(``tools/bench/autotune_bench.py`` measures it).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -87,6 +93,7 @@ class Accounting:
         self._built: deque[tuple[int, BatchTiming]] = deque(maxlen=window)
         self._host: deque[tuple[int, str, float]] = deque(maxlen=4 * window)  # (step, stage, seconds)
         self._returned: float | None = None  # when next() last returned (None: at a pass's start)
+        self._lock = threading.Lock()  # the records above, between their writers and window()'s readers
 
     def begin_pass(self) -> None:
         """A new pass: the time since the last one (evaluation, checkpointing) is not a step."""
@@ -97,26 +104,33 @@ class Accounting:
         now = time.perf_counter()
         step_s = began - self._returned if self._returned is not None else None
         self._returned = now
-        self.steps += 1
-        if step_s is not None:  # the first batch of a pass has no step before it
-            self._loop.append((self.steps, now - began, step_s, _num_samples(batch)))
+        samples = _num_samples(batch)
+        with self._lock:
+            self.steps += 1
+            if step_s is not None:  # the first batch of a pass has no step before it
+                self._loop.append((self.steps, now - began, step_s, samples))
 
     def outcome(self, timing: BatchTiming | None, queued: int) -> None:
         """A batch built (its worker-side ``timing``), with ``queued`` ready batches behind it."""
-        self.queued = queued
-        if timing is not None:
-            self._built.append((self.steps, timing))
+        with self._lock:
+            self.queued = queued
+            if timing is not None:
+                self._built.append((self.steps, timing))
 
     def host_stage(self, stage: str, seconds: float) -> None:
         """Time spent in this process on a batch's ``stage`` ("transfer", "device_decode")."""
-        self._host.append((self.steps, stage, seconds))
+        with self._lock:
+            self._host.append((self.steps, stage, seconds))
 
     def window(self, since: int = 0) -> StatsWindow:
-        """Means over the recent window, only of batches after step ``since``."""
-        loop = [entry for entry in self._loop if entry[0] > since]
-        built = [timing for step, timing in self._built if step >= since]
+        """Means over the recent window, only of batches after step ``since`` (from any thread)."""
+        with self._lock:  # a copy of whole records; the arithmetic runs outside the lock
+            loop = [entry for entry in self._loop if entry[0] > since]
+            built = [timing for step, timing in self._built if step >= since]
+            host_records = [(stage, seconds) for step, stage, seconds in self._host if step > since]
+            queued = self.queued
         if not loop:
-            return StatsWindow(built=len(built), queued=self.queued)
+            return StatsWindow(built=len(built), queued=queued)
         count = len(loop)
         wait_total, step_total = sum(e[1] for e in loop), sum(e[2] for e in loop)
         sums = dict.fromkeys(_BUILT_FIELDS, 0.0)
@@ -125,16 +139,15 @@ class Accounting:
                 sums[name] += getattr(timing, name)
         per_built = {name: total / len(built) for name, total in sums.items()} if built else sums
         host: dict[str, float] = {}
-        for step, stage, seconds in self._host:
-            if step > since:
-                host[stage] = host.get(stage, 0.0) + seconds / count
+        for stage, seconds in host_records:
+            host[stage] = host.get(stage, 0.0) + seconds / count
         stages = (("dataset", per_built["dataset_s"]), ("read", per_built["read_s"]),
                   ("decode", per_built["decode_s"]), ("transform", per_built["transform_s"]),
                   ("collate", per_built["collate_s"]), ("pin", per_built["pin_s"]),
                   ("transfer", host.get("transfer", 0.0)), ("device_decode", host.get("device_decode", 0.0)))
         return StatsWindow(steps=count, wait_s=wait_total / count, step_s=step_total / count,
                       wall_s=wait_total + step_total, samples=sum(e[3] for e in loop), built=len(built),
-                      stages=stages, busy_s=per_built["busy_s"], cpu_s=per_built["cpu_s"], queued=self.queued)
+                      stages=stages, busy_s=per_built["busy_s"], cpu_s=per_built["cpu_s"], queued=queued)
 
 
 def _num_samples(batch: Any) -> int:

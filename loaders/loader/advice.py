@@ -3,9 +3,10 @@
 The training step sets the pace when the loop waits at most ``WAIT_TARGET`` (5%) of its time
 in ``next()`` (the PyTorch profiler's rule is the same 5%). Otherwise the bottleneck is the
 data stage that costs most per batch: the parts a dataset reports of its ``__getitem__``
-(``read``, ``decode``, ``transform``) when they account for most of it, else ``dataset`` as a
-whole; ``collate``; ``transfer`` (pinning and the host -> device copy); ``device_decode``.
-Each sentence of advice names an action.
+(``read``, ``decode``, ``transform``: ``loaders.stage_clock``; the shard datasets report all three)
+when they account for most of it, else ``dataset`` as a whole; ``collate``; ``transfer`` (pinning
+and the host -> device copy); ``device_decode``. Each sentence of advice names an action: ``decode``
+pre-resized shards or the device decoder, ``read`` the disk, the node cache or more (thread) workers.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def _actions(bottleneck: str, window: StatsWindow, knobs: Knobs, cpus: int, satu
         return [f"the dataset's reads wait (CPU {window.read_cpu_share:.0%} of their time): {more}, "
                 f"{knobs.num_workers} now, or autotune=True; for a slow disk or object store, a local cache "
                 "(loaders.cache)"]
+    if bottleneck == "read":
+        return [f"reading the shards costs most: the disk (a faster one, or a local copy through the node cache: "
+                f"cache_dir=..., loaders.cache), or more workers reading at once ({knobs.num_workers} now, or "
+                "autotune=True)"]
     if knobs.worker_type == "thread" and knobs.num_workers > 1 and window.worker_cores() < 1.3 and cpus > 1:
         return [f"{knobs.num_workers} thread workers keep {window.worker_cores():.1f} cores busy: the dataset's "
                 "work holds the GIL; use worker_type='process'"]

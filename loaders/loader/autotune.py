@@ -6,20 +6,23 @@ none). It holds only its own memory of trials; it starts nothing and reads no cl
 policy is tested on synthetic windows (``tests/loaders/loader/test_autotune_policy.py``).
 
 The knobs never change what a batch holds or the order of batches: the worker count, the
-worker type (threads or processes) and the prefetch depth (batches requested ahead per
-worker). The policy, a hill climb with memory:
+worker type (threads or processes), the prefetch depth (batches requested ahead per
+worker) and the intra-op threads of each worker process. The policy, a hill climb with memory:
 
 - the loop waits more than ``target`` (5%) of its time: the data sets the pace. Reads that wait
   (the dataset's CPU time well under its wall time) in worker processes: threads (cheaper, no
   pickling; only when the type is the loader's to choose). Else more workers, as many as the
   wait says are missing (the step's pace over the data's, x1.25 .. x4 per decision), within
   the CPUs this rank may use (threads over reads that wait: up to ``max_threads``) and the
-  memory budget of batches in flight; at that cap, one more batch of prefetch where the workers
-  idle at times; then it says the pipeline is saturated. A loop that waits while batches are
+  memory budget of batches in flight; at that cap, worker processes of CPU-bound work fewer than
+  the cores get intra-op threads, the cores divided among them (never workers x threads above the
+  cores); then one more batch of prefetch where the workers idle at times; then it says the
+  pipeline is saturated. A loop that waits while batches are
   ready and the workers idle: receiving from processes is the cost, threads take over.
 - every change is a trial: an increase that did not raise the loop's batches/s by 5% while it
-  still waits is undone and its count becomes the cap (threads whose work holds the GIL then
-  try processes once); a decrease that leaves the loop waiting is undone and becomes the floor.
+  still waits is undone and its count becomes the cap (of workers, of threads per worker;
+  threads whose work holds the GIL then try processes once); a decrease that leaves the loop
+  waiting is undone and becomes the floor.
 - the loop waits at most ``target``: the step sets the pace; workers busy under half their time
   shrink to what the work needs (least CPU and memory).
 """
@@ -31,21 +34,23 @@ from dataclasses import dataclass, replace
 
 from loaders.loader.accounting import StatsWindow
 
-__all__ = ["MIN_STEPS", "Controller", "KnobChange", "Knobs", "Limits", "apply", "reads_wait"]
+__all__ = ["KNOB_NAMES", "MIN_STEPS", "Controller", "KnobChange", "Knobs", "Limits", "apply", "reads_wait"]
 
 MIN_STEPS = 12  # loop batches a decision reads (after the warm-up of the last change); half, if it waits > 50%
 _GAIN = 1.05  # an increase must raise batches/s by this factor to stay
 _WAITING_READS = 0.3  # CPU / wall in the dataset under this: its reads wait
+KNOB_NAMES = ("worker_type", "num_workers", "prefetch_factor", "threads_per_worker")  # Knobs' fields, type first
 
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
     """The settings the controller moves: worker count, worker type ("thread" | "process"), batches
-    requested ahead per worker."""
+    requested ahead per worker, intra-op threads in each worker process (``threads_per_worker``)."""
 
     num_workers: int
     worker_type: str
     prefetch_factor: int
+    threads_per_worker: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class Controller:
         self._floor = 1
         self._switched = False  # the worker type was switched once: never again (no flapping)
         self._prefetch_cap = limits.max_prefetch  # lowered when a deeper prefetch did not pay
+        self._threads_cap = limits.cpus  # threads per worker process; lowered when more did not pay
 
     def decide(self, window: StatsWindow, knobs: Knobs) -> list[KnobChange]:
         """The changes to make after ``window`` (batches since the last change) under ``knobs``."""
@@ -115,6 +121,8 @@ class Controller:
             before = trial.before
             if before.worker_type != knobs.worker_type:
                 self._switched = True  # the other type did not pay: stay with this one
+            elif before.threads_per_worker != knobs.threads_per_worker and before.num_workers == knobs.num_workers:
+                self._threads_cap = before.threads_per_worker
             elif before.num_workers == knobs.num_workers:
                 self._prefetch_cap, self.saturated = before.prefetch_factor, True
             else:
@@ -140,6 +148,11 @@ class Controller:
             count = _grown(window, knobs.num_workers, cap, waiting_reads)
             why = f"the loop waits {wait:.0%} of its time for data"
             return self._try(window, knobs, replace(knobs, num_workers=count), why)
+        threads = self._more_threads(knobs, waiting_reads)
+        if threads is not None:
+            why = (f"{knobs.num_workers} worker processes at their cap leave cores of {limits.cpus} idle and the "
+                   f"loop waits {wait:.0%}: intra-op threads in each")
+            return self._try(window, knobs, replace(knobs, threads_per_worker=threads), why)
         if self._should_try_processes(window, knobs):
             self._switched = True
             new = replace(knobs, worker_type="process", num_workers=min(limits.cpus, max(2, knobs.num_workers)))
@@ -182,6 +195,14 @@ class Controller:
         cap = min(cap, max(1, limits.max_in_flight // max(1, knobs.prefetch_factor)))
         return min(cap, self._caps.get(knobs.worker_type, cap))
 
+    def _more_threads(self, knobs: Knobs, waiting_reads: bool) -> int | None:
+        """Intra-op threads per worker process for CPU-bound work with cores to spare (the cores divided among the
+        workers, within the cap a past trial found), or None."""
+        if knobs.worker_type != "process" or knobs.num_workers < 1 or waiting_reads:
+            return None
+        threads = min(self._threads_cap, self.limits.cpus // knobs.num_workers)
+        return threads if threads > knobs.threads_per_worker else None
+
     def _should_try_processes(self, window: StatsWindow, knobs: Knobs) -> bool:
         return (knobs.worker_type == "thread" and self.limits.can_switch_type and not self._switched
                 and not self.limits.releases_gil
@@ -200,8 +221,11 @@ class Controller:
         return self._try(window, knobs, replace(knobs, num_workers=count), why)
 
     def _try(self, window: StatsWindow, knobs: Knobs, new: Knobs, why: str, *, need: float = _GAIN) -> list[KnobChange]:
-        up = new.num_workers > knobs.num_workers or new.prefetch_factor > knobs.prefetch_factor or (
-            new.worker_type != knobs.worker_type)
+        if new.worker_type == "process" and new.num_workers > 0:  # never workers x threads above the cores
+            fit = max(1, self.limits.cpus // new.num_workers)
+            new = replace(new, threads_per_worker=min(new.threads_per_worker, fit))
+        up = (new.num_workers > knobs.num_workers or new.prefetch_factor > knobs.prefetch_factor
+              or new.threads_per_worker > knobs.threads_per_worker or new.worker_type != knobs.worker_type)
         self._trial = _Trial(knobs, window.batches_per_s, up, need)
         return _changes(knobs, new, why)
 
@@ -225,18 +249,19 @@ def reads_wait(window: StatsWindow, knobs: Knobs) -> bool:
 
 
 def _describe(knobs: Knobs) -> str:
-    return f"{knobs.num_workers} {knobs.worker_type} workers x {knobs.prefetch_factor} prefetch"
+    threads = f" x {knobs.threads_per_worker} threads" if knobs.threads_per_worker > 1 else ""
+    return f"{knobs.num_workers} {knobs.worker_type} workers{threads} x {knobs.prefetch_factor} prefetch"
 
 
 def _changes(old: Knobs, new: Knobs, why: str) -> list[KnobChange]:
     """The knob changes from ``old`` to ``new``, worker type first (the count is of that type)."""
     return [KnobChange(name, getattr(old, name), getattr(new, name), why)
-            for name in ("worker_type", "num_workers", "prefetch_factor") if getattr(old, name) != getattr(new, name)]
+            for name in KNOB_NAMES if getattr(old, name) != getattr(new, name)]
 
 
 def apply(knobs: Knobs, changes: list[KnobChange]) -> Knobs:
     """``knobs`` after ``changes``."""
-    values: dict[str, int | str] = {"num_workers": knobs.num_workers, "worker_type": knobs.worker_type,
-                                    "prefetch_factor": knobs.prefetch_factor}
+    values: dict[str, int | str] = {name: getattr(knobs, name) for name in KNOB_NAMES}
     values.update({change.knob: change.new for change in changes})
-    return Knobs(int(values["num_workers"]), str(values["worker_type"]), int(values["prefetch_factor"]))
+    return Knobs(int(values["num_workers"]), str(values["worker_type"]), int(values["prefetch_factor"]),
+                 int(values["threads_per_worker"]))

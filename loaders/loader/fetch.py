@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaders.loader.messages import describe_error
-from loaders.loader.stage_timing import BatchTiming, collect_parts
+from loaders.loader.stage_timing import BatchTiming
 from loaders.read.decode_plan import planning
+from loaders.stage_clock import collect_parts
 
 __all__ = ["Fetched", "Skip", "fetch_samples"]
 
@@ -40,7 +41,7 @@ class Fetched:
     skips: list[Skip] = field(default_factory=list)
     failure: BaseException | None = None
     failed_index: Any = None
-    timing: BatchTiming = field(default_factory=BatchTiming)  # the dataset's part (``stage_timing``)
+    timing: BatchTiming = field(default_factory=BatchTiming)  # the dataset's part (``loaders.stage_clock``)
 
 
 def fetch_samples(dataset: Any, indices: Sequence[Any], *, epoch: int, position: int, skip_errors: bool,

@@ -39,7 +39,8 @@ WINDOW_STEPS = 64  # batches in the recent window the shares and means are taken
 @dataclass(frozen=True, slots=True)
 class TuningDecision:
     """One change the controller made: at ``step`` (batches handed over since the loader was made),
-    ``knob`` ("num_workers", "prefetch_factor", "worker_type") went from ``old`` to ``new``, because ``why``."""
+    ``knob`` ("num_workers", "prefetch_factor", "worker_type", "threads_per_worker") went from ``old`` to
+    ``new``, because ``why``."""
 
     step: int
     knob: str
@@ -66,8 +67,9 @@ class LoaderStats:
     stages: stage name -> seconds per batch (``STAGES``). worker_busy: share of the workers' wall time spent
     building batches (0..1; 0 without workers). read_cpu_share: CPU seconds / wall seconds inside the
     dataset (low: its reads wait, threads help; near 1 per worker: CPU-bound). queued: ready batches
-    waiting for the loop at the last ``next()``. workers, worker_type, prefetch: the settings now
-    (``prefetch``: batches requested ahead per worker). bottleneck: ``BOTTLENECKS``. advice: sentences,
+    waiting for the loop at the last ``next()``. workers, worker_type, prefetch, threads_per_worker: the
+    settings now (``prefetch``: batches requested ahead per worker; ``threads_per_worker``: intra-op threads
+    in each worker process). bottleneck: ``BOTTLENECKS``. advice: sentences,
     each naming an action. tuning: the controller's decisions, oldest first. autotune: whether the
     controller runs. saturated: the controller found no more workers that help (cores or memory spent).
     """
@@ -86,6 +88,7 @@ class LoaderStats:
     workers: int = 0
     worker_type: str = "thread"
     prefetch: int = 0
+    threads_per_worker: int = 1
     bottleneck: str = "step"
     advice: tuple[str, ...] = ()
     tuning: tuple[TuningDecision, ...] = ()
@@ -100,7 +103,7 @@ class LoaderStats:
             f"loader/{name}": getattr(self, name)
             for name in ("steps", "window_steps", "wait_fraction", "wait_s", "step_s", "samples_per_s",
                          "worker_busy", "read_cpu_share", "queued", "workers", "worker_type", "prefetch",
-                         "bottleneck")
+                         "threads_per_worker", "bottleneck")
         }
         flat.update({f"loader/stage/{name}_s": seconds for name, seconds in self.stages.items()})
         flat["loader/autotune"] = int(self.autotune)

@@ -8,6 +8,10 @@ go to the pool's settings (``WorkerPool.retune``) and take effect between two ba
 (``loaders.loader.relay``), each one logged and kept in ``stats().tuning``. The tuned knobs
 travel in the loader's ``state_dict()`` under ``KEY_TUNED`` (``state`` / ``restore``).
 
+``stats()`` may be called from any thread (``shardfeed-profile`` samples it from its own): the accounting
+copies its records under its lock, and a change's decisions and knobs are made and read under the tuner's,
+so a snapshot never shows a decision without its knobs.
+
 Autotune is on by default when the user gave neither ``num_workers`` nor ``prefetch_factor``
 (map-style datasets; ``loaders.loader.settings.resolve_autotune``); the controller then starts
 from the loader's defaults, or from the tuned knobs of a loaded state.
@@ -16,6 +20,7 @@ from the loader's defaults, or from the tuned knobs of a loaded state.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -26,7 +31,7 @@ import torch
 from loaders.errors import ConfigError
 from loaders.loader.accounting import Accounting
 from loaders.loader.advice import diagnose
-from loaders.loader.autotune import MIN_STEPS, Controller, KnobChange, Knobs, Limits, apply
+from loaders.loader.autotune import KNOB_NAMES, MIN_STEPS, Controller, KnobChange, Knobs, Limits, apply
 from loaders.loader.batch_outcome import BatchOutcome
 from loaders.loader.decode_stage import DecodeStats
 from loaders.loader.loader_stats import LoaderStats, TuningDecision
@@ -90,6 +95,7 @@ class Tuner:
         self._next_decision = MIN_STEPS // 2 + 1  # a first look (the first batch has no step before it)
         self._budgeted = False
         self._logged_at = time.perf_counter()
+        self._lock = threading.Lock()  # the decisions and the pool's knobs, between _apply and stats()
 
     @classmethod
     def of(cls, settings: LoaderSettings, topology: Topology) -> Tuner:
@@ -128,7 +134,8 @@ class Tuner:
     @property
     def knobs(self) -> Knobs:
         settings: LoaderSettings = self.pool.settings
-        return Knobs(settings.num_workers, str(settings.worker_type.value), settings.prefetch_factor or 2)
+        return Knobs(settings.num_workers, str(settings.worker_type.value), settings.prefetch_factor or 2,
+                     settings.threads_per_worker)
 
     def _decide(self) -> None:
         assert self.controller is not None  # only called with a controller
@@ -141,14 +148,15 @@ class Tuner:
     def _apply(self, changes: list[KnobChange], steps: int) -> None:
         old = self.knobs
         new = apply(old, changes)
-        for change in changes:
-            decision = TuningDecision(steps, change.knob, change.old, change.new, change.why)
-            self.decisions.append(decision)
+        decisions = [TuningDecision(steps, change.knob, change.old, change.new, change.why) for change in changes]
+        with self._lock:
+            self.decisions.extend(decisions)
+            self.pool.retune(_with_knobs(self.pool.settings, new))
+        for decision in decisions:
             logger.info("DataLoader autotune: %s", decision)
-        self.pool.retune(_with_knobs(self.pool.settings, new))
         relay, current = self._relay, None if self._relay is None else self._relay.current
-        if isinstance(current, ThreadWorkers) and (new.num_workers, new.worker_type) == (
-                old.num_workers, old.worker_type):
+        if isinstance(current, ThreadWorkers) and (new.num_workers, new.worker_type, new.threads_per_worker) == (
+                old.num_workers, old.worker_type, old.threads_per_worker):
             current.max_in_flight = new.num_workers * new.prefetch_factor  # threads take it at once
         elif relay is not None:
             relay.request_swap()
@@ -169,8 +177,11 @@ class Tuner:
     # ------------------------------------------------------------ stats, state, log
 
     def stats(self, decode: DecodeStats) -> LoaderStats:
-        window, knobs = self.accounting.window(), self.knobs
-        saturated = self.controller is not None and self.controller.saturated
+        """A snapshot of the accounting's window, the knobs and the decisions (from any thread)."""
+        window = self.accounting.window()
+        with self._lock:
+            knobs, decisions = self.knobs, tuple(self.decisions)
+            saturated = self.controller is not None and self.controller.saturated
         bottleneck, advice = diagnose(window, knobs, self.config.cpus, saturated=saturated)
         return LoaderStats(
             decode=decode, steps=self.accounting.steps, window_steps=window.steps,
@@ -178,7 +189,8 @@ class Tuner:
             samples_per_s=window.samples_per_s, stages=dict(window.stages) or LoaderStats(decode).stages,
             worker_busy=window.worker_busy(knobs.num_workers), read_cpu_share=window.read_cpu_share,
             queued=window.queued, workers=knobs.num_workers, worker_type=knobs.worker_type,
-            prefetch=knobs.prefetch_factor, bottleneck=bottleneck, advice=advice, tuning=tuple(self.decisions),
+            prefetch=knobs.prefetch_factor, threads_per_worker=knobs.threads_per_worker, bottleneck=bottleneck,
+            advice=advice, tuning=decisions,
             autotune=self.controller is not None, saturated=saturated)
 
     def state(self) -> dict[str, Any] | None:
@@ -186,19 +198,17 @@ class Tuner:
         if self.controller is None:
             return None
         knobs = self.knobs
-        return {"num_workers": knobs.num_workers, "worker_type": knobs.worker_type,
-                "prefetch_factor": knobs.prefetch_factor}
+        return {name: getattr(knobs, name) for name in KNOB_NAMES}
 
     def restore(self, saved: Mapping[str, Any] | None) -> None:
         """Start from saved tuned knobs (None, or autotune off: nothing changes). ConfigError if malformed."""
         if saved is None or self.controller is None:
             return
-        knobs = _checked_knobs(saved)
+        knobs = _checked_knobs(saved, self.knobs.threads_per_worker)
         if knobs.worker_type != self.knobs.worker_type and not self.config.can_switch_type:
             knobs = replace(knobs, worker_type=self.knobs.worker_type)
         changes = [KnobChange(name, getattr(self.knobs, name), getattr(knobs, name), "resumed from the saved state")
-                   for name in ("worker_type", "num_workers", "prefetch_factor")
-                   if getattr(self.knobs, name) != getattr(knobs, name)]
+                   for name in KNOB_NAMES if getattr(self.knobs, name) != getattr(knobs, name)]
         if changes:
             self._apply(changes, self.accounting.steps)
 
@@ -212,17 +222,19 @@ class Tuner:
                         stats.bottleneck, " ".join(stats.advice))
 
 
-def _checked_knobs(saved: Mapping[str, Any]) -> Knobs:
+def _checked_knobs(saved: Mapping[str, Any], threads_now: int) -> Knobs:
+    """The saved knobs, checked; a state saved before ``threads_per_worker`` was tuned keeps ``threads_now``."""
     try:
         workers, kind, prefetch = saved["num_workers"], saved["worker_type"], saved["prefetch_factor"]
-    except (KeyError, TypeError) as err:
+        threads = saved.get("threads_per_worker", threads_now)
+    except (KeyError, TypeError, AttributeError) as err:
         raise ConfigError(f"DataLoader state {KEY_TUNED!r} must hold num_workers, worker_type and "
                           f"prefetch_factor (got {saved!r})") from err
-    valid = all(isinstance(v, int) and not isinstance(v, bool) for v in (workers, prefetch))
-    if not valid or workers < 0 or prefetch < 1 or kind not in ("thread", "process"):
-        raise ConfigError(f"DataLoader state {KEY_TUNED!r}: expected num_workers >= 0, prefetch_factor >= 1 and "
-                          f"worker_type 'thread' or 'process' (got {dict(saved)!r})")
-    return Knobs(workers, kind, prefetch)
+    valid = all(isinstance(v, int) and not isinstance(v, bool) for v in (workers, prefetch, threads))
+    if not valid or workers < 0 or prefetch < 1 or threads < 1 or kind not in ("thread", "process"):
+        raise ConfigError(f"DataLoader state {KEY_TUNED!r}: expected num_workers >= 0, prefetch_factor >= 1, "
+                          f"threads_per_worker >= 1 and worker_type 'thread' or 'process' (got {dict(saved)!r})")
+    return Knobs(workers, kind, prefetch, threads)
 
 
 def _with_knobs(settings: LoaderSettings, knobs: Knobs) -> LoaderSettings:
@@ -232,7 +244,8 @@ def _with_knobs(settings: LoaderSettings, knobs: Knobs) -> LoaderSettings:
     args = {**settings.process_args, "num_workers": knobs.num_workers, "prefetch_factor": prefetch,
             "persistent_workers": persistent}
     return replace(settings, num_workers=knobs.num_workers, worker_type=WorkerType(knobs.worker_type),
-                   prefetch_factor=prefetch, persistent_workers=persistent, process_args=args)
+                   prefetch_factor=prefetch, persistent_workers=persistent, process_args=args,
+                   threads_per_worker=knobs.threads_per_worker)
 
 
 def _nbytes(batch: Any) -> int:

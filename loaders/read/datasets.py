@@ -10,9 +10,9 @@ Both yield samples as dicts::
     {"__key__": str, "__index__": int, "__shard__": str,
      "jpg": bytes, "cls": int, "txt": str, "json": dict, ...}
 
-(media fields stay encoded bytes until a transform decodes them). Both accept an int,
-a ``SampleIndex(index, epoch)`` or a ``GridIndex(index, epoch, grid)`` (read by global
-position: ``loaders.DataLoader`` with no sampler) in ``__getitem__``: a transform that
+(media fields stay encoded bytes until a transform decodes them). Both accept an int or
+a ``SampleIndex(index, epoch)`` (with its ``grid`` when read by global position:
+``loaders.DataLoader`` with no sampler) in ``__getitem__``: a transform that
 takes a second argument receives a numpy Generator keyed by (seed, epoch, index), so
 augmentation is the same whatever the number of workers and after a resume.
 ``data_identity`` names the shards the indices address (what a resume checks).
@@ -42,13 +42,15 @@ from loaders.errors import SampleError, ShardError
 from loaders.read.order import OrderMode, parse_mode, sample_rng, sample_seed
 from loaders.read.parquet_meta import row_groups
 from loaders.read.read_plan import working_set_bytes
-from loaders.read.grid import GlobalGrid, GridIndex, data_identity
+from loaders.read.grid import data_identity
 from loaders.read.sample_positions import SampleOrder
-from loaders.read.sampler import SampleIndex, ShardSampler
+from loaders.read.sample_index import SampleIndex, resolve_item
+from loaders.read.sampler import ShardSampler
 from loaders.read.shard_files import CachedShardFiles, ShardFiles, cache_config, open_shard_files
 from loaders.read.shards import TarShardSet
 from loaders.read.topology import Topology
 from loaders.read.transforms import transform_can_defer_decode, transform_releases_gil
+from loaders.stage_clock import timed_stage
 from loaders.validate import invalid
 
 Sample = dict[str, Any]
@@ -147,8 +149,8 @@ class _Keyed(abc.ABC):
         """Samples in the dataset (all shards)."""
 
     @abc.abstractmethod
-    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
-        """Sample ``item`` (an int, or a ``SampleIndex`` / ``GridIndex`` with its epoch)."""
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
+        """Sample ``item`` (an int, or a ``SampleIndex`` with its epoch)."""
 
     @property
     def data_identity(self) -> str:
@@ -176,7 +178,7 @@ class _Keyed(abc.ABC):
         return SampleOrder.of(sampler, self.data_identity)
 
     @property
-    def __getitems__(self) -> Callable[[Sequence[int | SampleIndex | GridIndex]], list[Sample]]:
+    def __getitems__(self) -> Callable[[Sequence[int | SampleIndex]], list[Sample]]:
         """A batch read at once (only through the node cache: it holds one lease per shard for the batch).
 
         Local reads keep the per-sample path (and the loader's "at sample i" in messages): the
@@ -186,10 +188,10 @@ class _Keyed(abc.ABC):
             raise AttributeError(f"{type(self).__name__} over a local folder reads sample by sample")
         return self._read_batch
 
-    def _read_batch(self, items: Sequence[int | SampleIndex | GridIndex]) -> list[Sample]:
+    def _read_batch(self, items: Sequence[int | SampleIndex]) -> list[Sample]:
         epoch = self._resolve(items[0])[1] if len(items) else self.epoch
-        grid: GlobalGrid | None = items[0].grid if len(items) and isinstance(items[0], GridIndex) else None
-        with self.files.batch(epoch, grid):
+        grid = items[0].grid if len(items) and isinstance(items[0], SampleIndex) else None
+        with timed_stage("read"), self.files.batch(epoch, grid):  # the batch's leases; each sample's own parts
             return [self[item] for item in items]
 
     def close(self) -> None:
@@ -209,21 +211,18 @@ class _Keyed(abc.ABC):
                           "shards will be downloaded again and again. Use order='blocks' with a smaller block_size, "
                           "or raise cache_limit", stacklevel=3)
 
-    def _resolve(self, item: int | SampleIndex | GridIndex) -> tuple[int, int]:
-        if isinstance(item, (SampleIndex, GridIndex)):
-            return int(item.index), int(item.epoch)
-        if isinstance(item, (int, np.integer)):
-            return int(item), self.epoch
-        raise TypeError(f"index must be an int, SampleIndex or GridIndex (got {item!r} that is a "
-                        f"{type(item).__name__})")
+    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
+        index, epoch, _ = resolve_item(item, self.epoch)
+        return index, epoch
 
     def _apply(self, sample: Sample, index: int, epoch: int) -> Sample:
         if self.transform is None:
             return sample
         try:
-            if self._transform_takes_rng:
-                return self.transform(sample, sample_rng(self.seed, epoch, index))
-            return _with_sample_seed(self.transform, sample, sample_seed(self.seed, epoch, index))
+            with timed_stage("transform"):  # less the decodes inside it (loaders.read.decode: "decode")
+                if self._transform_takes_rng:
+                    return self.transform(sample, sample_rng(self.seed, epoch, index))
+                return _with_sample_seed(self.transform, sample, sample_seed(self.seed, epoch, index))
         except SampleError:
             raise
         except Exception as err:
@@ -298,11 +297,11 @@ class ShardDataset(_Keyed, torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.shards.num_samples
 
-    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
         index, epoch = self._resolve(item)
         if index < 0:
             index += len(self)
-        with self.files.batch(epoch):
+        with timed_stage("read"), self.files.batch(epoch):
             raw = self.shards.read(index)
         sample: Sample = {"__key__": self.shards.key(index), "__index__": index,
                           "__shard__": self.shards.shard_name(index)}
@@ -368,12 +367,12 @@ class ParquetShardDataset(_Keyed, torch.utils.data.Dataset):
         self._local.cache = (g, columns)
         return columns
 
-    def __getitem__(self, item: int | SampleIndex | GridIndex) -> Sample:
+    def __getitem__(self, item: int | SampleIndex) -> Sample:
         index, epoch = self._resolve(item)
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} out of range for {len(self)} rows in {self.files.where}")
         g = int(np.searchsorted(self.group_start, index, side="right")) - 1
-        with self.files.batch(epoch):
+        with timed_stage("read"), self.files.batch(epoch):
             columns = self._group(g)
         row = index - int(self.group_start[g])
         sample: Sample = {name: values[row] for name, values in columns.items()}

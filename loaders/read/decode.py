@@ -34,6 +34,7 @@ from PIL import Image, features
 
 from loaders.errors import ConfigError, SampleError
 from loaders.read import region
+from loaders.stage_clock import timed_stage
 
 try:
     import simplejpeg
@@ -110,6 +111,7 @@ def dct_scale_for(region: tuple[float, float], size: tuple[int, int]) -> int:
     return 1
 
 
+@timed_stage("decode")  # a part of the batch being built, where one is (loaders.stage_clock)
 def decode_rgb(data: bytes, *, min_size: tuple[int, int] | None = None,
                backend: Backend | str | None = None) -> np.ndarray:
     """Decode to uint8 [H, W, 3] RGB, C-contiguous, writeable, on the CPU.
@@ -130,6 +132,7 @@ def decode_rgb(data: bytes, *, min_size: tuple[int, int] | None = None,
         return _to_array(_to_rgb(img))
 
 
+@timed_stage("decode")
 def decode_crop_resize(data: bytes, box: Sequence[float], size: tuple[int, int], *, flip: bool = False,
                        resample: Interpolation | str = Interpolation.BILINEAR, reduced: bool = True,
                        backend: Backend | str | None = None) -> np.ndarray:

@@ -20,10 +20,11 @@ that begins at p (``begin``) reads the grid whose origin is ``p mod B W`` from i
 ``p // B W`` on: with the same ``B W`` the uninterrupted run's batches, with the same numbers;
 with another, the positions from p on, nothing lost or repeated (bar the padding).
 
-``GridIndex`` is a sample dataset's index read on such a grid (sample, epoch, grid: every copy of
-the dataset plans its shard cache from it); ``GlobalPosition``, ``GridStart`` and ``resume_grid``
-name a token job's point and grid; ``order_digest`` is the sha256 of which indices a range of
-global positions holds, ``data_identity`` names the shards a sample dataset's positions index.
+A dataset item read on such a grid is a ``loaders.read.sample_index.SampleIndex`` that carries
+it (every copy of a sample dataset plans its shard cache from it); ``GlobalPosition``,
+``GridStart`` and ``resume_grid`` name a token job's point and grid; ``order_digest`` is the
+sha256 of which indices a range of global positions holds, ``data_identity`` names the shards
+a sample dataset's positions index.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from dataprep.formats.manifest import ShardInfo
 from loaders.errors import ConfigError
 from loaders.validate import check_int
 
-__all__ = ["Deal", "GlobalGrid", "GlobalPosition", "GridIndex", "GridStart", "OrderDigest", "Tail", "data_identity",
-           "order_digest", "resume_grid"]
+__all__ = ["Deal", "GlobalGrid", "GlobalPosition", "GridStart", "OrderDigest", "Tail", "data_identity", "order_digest",
+           "resume_grid"]
 
 _DIGEST_TAG = b"shardfeed-sample-order-v1\n"
 
@@ -166,18 +167,6 @@ class GlobalGrid:
     def fresh(self) -> GlobalGrid:
         """The same job's grid for a run of an epoch from its start."""
         return replace(self, begin=0)
-
-
-class GridIndex(NamedTuple):
-    """A dataset index read by global position: the sample, the epoch it is read in, and the epoch's grid."""
-
-    # The glossary's name; it hides tuple.index(), which nothing here needs.
-    index: int  # type: ignore[assignment]  # the field shadows tuple.index on purpose
-    epoch: int
-    grid: GlobalGrid
-
-    def __repr__(self) -> str:  # messages list indices: the grid is the same for all of a batch's
-        return f"GridIndex(index={self.index}, epoch={self.epoch})"
 
 
 class GlobalPosition(NamedTuple):

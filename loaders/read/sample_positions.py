@@ -6,7 +6,7 @@ loader's seam, ``loaders.loader.batch_source``); the loader reads it through its
 position p of an epoch is entry p of the epoch's order (``loaders.read.order.epoch_order``,
 from the plan's seed, mode and block size), dealt ``Deal.STRIDED`` (DistributedSampler's
 split) and its tail ``PAD``-ded, or ``DROP``-ped with ``drop_last``. A job's indices are a
-``SampleBatch`` of ``GridIndex`` values (sample, epoch, grid). Its state (the source's
+``SampleBatch`` of ``SampleIndex`` values (sample, epoch, grid). Its state (the source's
 ``"data"``)::
 
     {"digest": "<sha256 of the shards>", "num_samples": 50000,

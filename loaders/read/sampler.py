@@ -1,7 +1,8 @@
 """ShardSampler: a resumable, distributed, epoch-aware sampler over a dataset's sample indices.
 
 The stateful shell around ``loaders.read.order``: it remembers the epoch and how many samples
-the training loop has consumed, and yields this rank's ``SampleIndex`` values from there.
+the training loop has consumed, and yields this rank's ``SampleIndex`` values from there
+(``loaders.read.sample_index``).
 
 Resume state (version 2, keys are the module constants below)::
 
@@ -17,7 +18,7 @@ the rank's order for an epoch (``indices``) and owns the position itself.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch.utils.data
@@ -26,7 +27,8 @@ from loaders.state_keys import KEY_EPOCH, KEY_NUM_SAMPLES, KEY_SEED, KEY_VERSION
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, parse_mode, rank_indices, samples_per_rank
 from loaders.read.read_plan import ReadPlan
-from loaders.read.grid import GridIndex, GlobalGrid
+from loaders.read.sample_index import SampleIndex
+from loaders.read.grid import GlobalGrid
 from loaders.read.topology import Topology
 from loaders.validate import check_bool, check_int
 
@@ -39,25 +41,13 @@ _V1_POSITION = "position"
 _CHUNK = 4096
 
 
-class SampleIndex(NamedTuple):
-    """What ShardSampler yields: a global sample index and the epoch it is read in.
-
-    Datasets accept it in ``__getitem__`` and key per-sample randomness by
-    (seed, epoch, index), e.g. with ``loaders.read.order.sample_rng``.
-    """
-
-    # The glossary's name; it hides tuple.index(), which nothing here needs.
-    index: int  # type: ignore[assignment]  # the field shadows tuple.index on purpose
-    epoch: int
-
-
 class SampleBatch(Sequence[Any]):
     """One batch of a rank's samples: an int64 numpy slice plus the epoch (a sequence of indices).
 
     ``SampleIndex`` objects are made only when the batch is read (in the worker), so
     listing an epoch of 10^6 samples costs one numpy split, not 10^6 Python objects.
     With ``plain`` the batch holds plain ints (for datasets that do not take SampleIndex);
-    with ``grid`` (a batch read by global position) ``GridIndex`` values that carry it.
+    with ``grid`` (a batch read by global position) its ``SampleIndex`` values carry it.
     """
 
     __slots__ = ("epoch", "grid", "indices", "plain")
@@ -80,15 +70,13 @@ class SampleBatch(Sequence[Any]):
     def _item(self, index: int) -> Any:
         if self.plain:
             return index
-        return SampleIndex(index, self.epoch) if self.grid is None else GridIndex(index, self.epoch, self.grid)
+        return SampleIndex(index, self.epoch, grid=self.grid)
 
     def __iter__(self) -> Iterator[Any]:
         if self.plain:
             return iter(self.indices.tolist())
         epoch, grid = self.epoch, self.grid
-        if grid is not None:
-            return (GridIndex(index, epoch, grid) for index in self.indices.tolist())
-        return (SampleIndex(index, epoch) for index in self.indices.tolist())
+        return (SampleIndex(index, epoch, grid=grid) for index in self.indices.tolist())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)

@@ -1,14 +1,17 @@
-"""Where a dataset's shard bytes come from: a local folder by file descriptor, or the node cache by lease.
+"""Where a dataset folder's bytes come from: a local folder by file descriptor, or the node cache by lease.
 
-``ShardFiles`` is the one interface datasets read through:
+``ShardFiles`` is the one dataset-folder interface, read by image, Parquet and token datasets
+alike (``open_shard_files(path, cache_config(...))``):
 
-- ``manifest()``; ``describe(name)``, an object's path or URL for messages;
+- ``where``, ``manifest()``; ``describe(name)``, an object's path or URL for messages;
   ``read_sidecar(name, parse)``, a small object read whole and parsed; ``check_shard(info)``;
 - ``pread(name, size, offset)`` and ``local_path(name)``: a shard's bytes, inside
   ``batch(epoch, grid)``, the span of one batch's reads (``grid``: the epoch is read by
   global position on it, ``loaders.read.grid``);
 - ``tail(name, size, nbytes)``: a shard's last bytes (a Parquet footer) without downloading the shard;
-- ``set_plan(plan, shard_starts, topology)``: how every rank's samples are drawn, once the sampler is known.
+- ``set_plan(plan, shard_starts, topology)``: how every rank's samples are drawn, once the sampler is known;
+- ``hold(names)``: objects a reader maps and reads anywhere from its first batch on (a token
+  corpus's ``.idx`` and ``.bin``), held whole for as long as the files live in a process.
 
 ``LocalShardFiles`` opens descriptors lazily, one per shard and process (reopened after a
 fork), shared by threads (pread moves no file position). ``CachedShardFiles`` reads through
@@ -19,7 +22,11 @@ first batch of an epoch in a process plans that epoch and the next one for every
 node (``loaders.read.read_plan``), so the cache prefetches across the epoch boundary. A batch
 read by global position brings its grid (batch size, world size, where the run began): the
 plan follows it, so after an elastic resume each node plans its new ranks' shards from the
-resume point on, in every process, whenever its copy of the dataset was made.
+resume point on, in every process, whenever its copy of the dataset was made. Objects
+``hold`` names are downloaded first (in order, ``max_downloads`` at a time; a ``cache_limit``
+that cannot hold them all is refused naming the minimum), each held by a lease of its own
+outside any batch; a pickled copy takes its own leases (on verified copies: nothing is
+downloaded again), and so does a forked one on its first ``local_path``.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -36,8 +43,9 @@ import numpy as np
 
 from dataprep.formats import FormatError
 from dataprep.formats.manifest import Manifest, ShardInfo, read_manifest
+from dataprep.formats.sizes import format_bytes
 from dataprep.remote import RemoteError, is_remote_url
-from loaders.cache import CacheConfig, Lease, ShardCache
+from loaders.cache import CacheConfig, CacheLimitError, Lease, ShardCache
 from loaders.errors import ConfigError, ShardError
 from loaders.read.read_plan import ReadPlan, node_ranks, shard_uses, stream_name, stream_rank
 from loaders.read.grid import GlobalGrid
@@ -65,6 +73,7 @@ class ShardFiles(Protocol):
     def tail(self, name: str, size: int, nbytes: int) -> bytes: ...
     def batch(self, epoch: int, grid: GlobalGrid | None = None) -> Any: ...
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None: ...
+    def hold(self, names: Sequence[str]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -160,6 +169,9 @@ class LocalShardFiles:
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
         return None  # the page cache needs no plan
 
+    def hold(self, names: Sequence[str]) -> None:
+        return None  # a folder's files stay where they are
+
     def _fd(self, name: str) -> int:
         if os.getpid() != self._pid:  # forked: descriptors are shared with the parent; reopen
             self._fds, self._pid, self._lock = {}, os.getpid(), threading.Lock()
@@ -212,6 +224,7 @@ class CachedShardFiles:
         self._reader = _Reader()
         self._plan_lock = threading.Lock()
         self._grids: dict[int, GlobalGrid | None] = {}  # the grid each epoch was planned with, in this process
+        self._held: dict[str, Lease] | None = None  # after hold(): every object's own lease, outside any batch
 
     @property
     def where(self) -> str:
@@ -244,7 +257,12 @@ class CachedShardFiles:
         return self._hold(name).read(offset, size)
 
     def local_path(self, name: str) -> Path:
-        return self._hold(name).path
+        if self._held is None:
+            return self._hold(name).path
+        lease = self._held.get(name)
+        if lease is None or not lease.held:  # forked: the parent's leases are not this process's
+            lease = self._held[name] = self.cache.open(name)
+        return lease.path
 
     def tail(self, name: str, size: int, nbytes: int) -> bytes:
         """The last ``nbytes`` of shard ``name`` (``size`` bytes): from its cached copy, else one ranged read."""
@@ -278,10 +296,33 @@ class CachedShardFiles:
     def set_plan(self, plan: ReadPlan, shard_starts: np.ndarray, topology: Topology) -> None:
         self._plan, self._shard_starts, self._topology = plan, shard_starts, topology
 
+    def hold(self, names: Sequence[str]) -> None:
+        """Download ``names`` (in order) and hold each by its own lease from now on (module docstring);
+        CacheLimitError when ``cache_limit`` cannot hold them all."""
+        self._check_room(names)
+        self.cache.plan(0, {f"{self._dataset}:corpus": list(names)})
+        self._held = {name: self.cache.open(name) for name in names}
+
     def close(self) -> None:
+        for lease in (self._held or {}).values():
+            lease.release()
         self.cache.close()
 
     # -- internals --
+    def _check_room(self, names: Sequence[str]) -> None:
+        catalog, config = self.cache.catalog, self.cache.config
+        sizes = {s.name: s.bytes for s in catalog.manifest.shards}
+        try:
+            need = sum(sizes[n] if n in sizes else self.cache.store.head(n).size for n in names)
+        except RemoteError as err:
+            raise ShardError(f"{catalog.url}: cannot list the sizes of the files to hold: {err}") from err
+        need += -(-catalog.manifest_bytes // 4096) * 4096 + config.reserve_bytes + 4096 * len(names)
+        if config.limit_bytes < need:
+            raise CacheLimitError(
+                f"cache_limit {config.describe_limit()} cannot hold {catalog.url}: token datasets read random "
+                f"documents of every shard, so the cache holds the whole corpus: {need} bytes ({format_bytes(need)}) "
+                "at least; raise cache_limit")
+
     def _hold(self, name: str) -> Lease:
         """This thread's lease on ``name``: the one it holds, or (releasing that first) a new one."""
         reader = self._reader
@@ -330,11 +371,14 @@ class CachedShardFiles:
         return sorted(r for r in ranks if r < world_size)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cache": self.cache, "plan": self._plan, "shard_starts": self._shard_starts, "topology": self._topology}
+        return {"cache": self.cache, "plan": self._plan, "shard_starts": self._shard_starts, "topology": self._topology,
+                "held": None if self._held is None else list(self._held)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["cache"])  # type: ignore[misc]  # __setstate__ rebuilds
         self.set_plan(state["plan"], state["shard_starts"], state["topology"])
+        if state["held"] is not None:  # the same manifest as the sender's (its catalog travels with it)
+            self._held = {name: self.cache.open(name) for name in state["held"]}
 
 
 def _read_all(lease: Lease) -> bytes:

@@ -2,8 +2,9 @@
 
 ``TokenDataset`` (item k = packed sequence k of the epoch), ``Mixture`` (weighted sources,
 closed-form schedule), ``collate`` (adds ``cu_seqlens``), ``GridSampler`` and the pure
-grid helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``, from ``loaders.read.grid``); ``StreamIndex``
-(what samplers hand a dataset: sequence, epoch, a resumed mixture's ``ScheduleSegment``).
+grid helpers (``GlobalGrid``, ``GlobalPosition``, ``resume_grid``, from ``loaders.read.grid``);
+``SampleIndex`` (what samplers hand every dataset: sequence, epoch, a resumed mixture's
+``ScheduleSegment``; from ``loaders.read.sample_index``).
 ``loaders.DataLoader`` reads both datasets by global position (``loader_source``).
 """
 
@@ -12,10 +13,10 @@ from __future__ import annotations
 from loaders.tokens.collate import collate
 from loaders.tokens.dataset import TokenDataset
 from loaders.read.grid import GlobalGrid, GlobalPosition, GridStart, resume_grid
+from loaders.read.sample_index import SampleIndex
 from loaders.tokens.mixture import Exhaustion, Mixture
 from loaders.tokens.mixture_state import ScheduleSegment
 from loaders.tokens.sampler import GridSampler
-from loaders.tokens.stream import StreamIndex
 
 __all__ = [
     "Exhaustion",
@@ -24,8 +25,8 @@ __all__ = [
     "GridSampler",
     "GridStart",
     "Mixture",
+    "SampleIndex",
     "ScheduleSegment",
-    "StreamIndex",
     "TokenDataset",
     "collate",
     "resume_grid",

@@ -5,7 +5,7 @@ Pipeline: ``TokenCorpus`` (documents) -> ``epoch_permutation`` (seed, epoch) -> 
 ``seq_len`` or ``seed`` changes only the plan, never the shards.
 
 Epochs: ``dataset[k]`` reads epoch ``dataset.epoch`` (``set_epoch``, default 0);
-``dataset[SampleIndex(k, e)]`` (or ``StreamIndex``) reads epoch ``e`` whatever ``set_epoch``
+``dataset[SampleIndex(k, e)]`` reads epoch ``e`` whatever ``set_epoch``
 said, which is how a sampler hands the epoch over with each index (worker copies never miss it).
 
 Resume: ``stream_state(epoch, sequence)`` is what a later job checks the data against
@@ -29,7 +29,7 @@ from loaders.state_keys import KEY_DATA, KEY_VERSION
 from loaders.cache import CacheConfig
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import SourceRequest
-from loaders.read.sampler import SampleIndex
+from loaders.read.sample_index import SampleIndex, resolve_item
 from loaders.read.topology import Topology
 from loaders.validate import check_int
 from loaders.tokens.collate import collate
@@ -40,7 +40,6 @@ from loaders.tokens.mixture_state import ScheduleSegment, data_differences
 from loaders.tokens.packing import PackingPlan, DocumentSegments
 from loaders.tokens.permutation import epoch_permutation
 from loaders.tokens.reader import TokenCorpus, TokenizerBlock
-from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields, label_dtype, window_fields
 
 __all__ = ["KEY_DATA", "KEY_VERSION", "STREAM_STATE_VERSION", "TokenDataset"]
@@ -148,7 +147,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
                 self._plans.move_to_end(epoch)
             return plan
 
-    def _resolve(self, item: int | SampleIndex | StreamIndex) -> tuple[int, int]:
+    def _resolve(self, item: int | SampleIndex) -> tuple[int, int]:
         index, epoch, _ = resolve_item(item, self.epoch)
         if index < 0:
             index += self.num_sequences
@@ -169,7 +168,7 @@ class TokenDataset(torch.utils.data.Dataset[WindowFields]):
             at += length
         return window
 
-    def __getitem__(self, item: int | SampleIndex | StreamIndex) -> WindowFields:
+    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
         index, epoch = self._resolve(item)
         return window_fields(self.window(index, epoch), self.corpus.tokenizer.eos_id,
                              mask_across_documents=self.mask_across_documents)

@@ -6,7 +6,7 @@ A ``TokenDataset`` or ``Mixture`` returns one from ``batch_source(request)`` (th
 epoch is packed sequence (or mixture position) p; a global batch is dealt
 ``Deal.CONTIGUOUS`` (rank r reads ``origin + g B W + r B + [0, B)``) and the last incomplete
 one is always ``DROP``-ped, so every rank reads the same number of batches. A job's indices
-are ``StreamIndex(sequence, epoch, segment)``: the epoch and a resumed mixture's schedule
+are ``SampleIndex(sequence, epoch, segment=segment)``: the epoch and a resumed mixture's schedule
 segment travel with the work to every copy of the dataset (threads, worker processes,
 persistent ones), which keep none. The state's ``"data"`` is the stream's ``stream_state``: its
 data (``describe()``) for a ``TokenDataset``, the mixture's cursors, weights, exhaustion and
@@ -23,7 +23,8 @@ import numpy as np
 
 from loaders.read.grid import Deal, GlobalGrid, Tail
 from loaders.read.topology import Topology
-from loaders.tokens.stream import StreamIndex, TokenStream
+from loaders.read.sample_index import SampleIndex
+from loaders.tokens.stream import TokenStream
 
 __all__ = ["KEY_TOKENS", "StreamPositions"]
 
@@ -50,7 +51,7 @@ class StreamPositions:
         return positions  # position p is sequence p
 
     def job(self, epoch: int, rows: np.ndarray, grid: GlobalGrid, segment: Any) -> Sequence[Any]:
-        return [StreamIndex(sequence, epoch, segment) for sequence in rows.tolist()]
+        return [SampleIndex(sequence, epoch, segment=segment) for sequence in rows.tolist()]
 
     def stream_state(self, epoch: int, sequence: int, segment: Any = None) -> dict[str, Any]:
         return self.stream.stream_state(epoch, sequence, segment)

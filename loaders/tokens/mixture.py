@@ -26,7 +26,7 @@ State (``stream_state(epoch, position, segment)``, plain values; keys are the mo
 ``segment`` is where the current weights took effect (the epoch's start, or a resume that
 changed them). ``resume(state)`` checks a saved state and returns the schedule ``ScheduleSegment``
 to read on with; it keeps nothing: the segment travels with each index
-(``loaders.tokens.stream.StreamIndex``), so every copy of the mixture (a persistent worker
+(``loaders.read.sample_index.SampleIndex``), so every copy of the mixture (a persistent worker
 process's too) reads the same schedule. A state built with other weights is accepted: the
 new weights apply from the saved position, each source continuing from its cursor, and the
 within-one property holds counted from there (one log line says so). Other sources, data,
@@ -44,7 +44,7 @@ import torch.utils.data
 
 from loaders.errors import ConfigError
 from loaders.loader.batch_source import SourceRequest
-from loaders.read.sampler import SampleIndex
+from loaders.read.sample_index import SampleIndex, resolve_item
 from loaders.read.topology import Topology
 from loaders.validate import check_int
 from loaders.tokens.collate import collate
@@ -56,7 +56,6 @@ from loaders.tokens.mixture_state import (KEY_CURSORS, KEY_EXHAUSTION, KEY_NUM_S
                                           ScheduleSegment, read_state)
 from loaders.state_keys import KEY_EPOCH, KEY_GLOBAL_POSITION, KEY_VERSION
 from loaders.tokens.schedule import ScheduleIndex, Shares
-from loaders.tokens.stream import StreamIndex, resolve_item
 from loaders.tokens.window import WindowFields
 
 __all__ = ["Exhaustion", "Mixture"]
@@ -219,7 +218,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
         stride = -(-self.num_sequences // self.lengths[source])
         return source, SampleIndex(index, epoch * stride + passes)
 
-    def __getitem__(self, item: int | SampleIndex | StreamIndex) -> WindowFields:
+    def __getitem__(self, item: int | SampleIndex) -> WindowFields:
         position, epoch, segment = resolve_item(item, self.epoch)
         source, sample = self.source_item(position, epoch, segment)
         return self.sources[self.names[source]][sample]
@@ -261,7 +260,7 @@ class Mixture(torch.utils.data.Dataset[WindowFields]):
     def resume(self, state: Mapping[str, Any], *, quiet: bool = False) -> ScheduleSegment:
         """The schedule segment to continue ``state`` with (its epoch's); ConfigError naming what differs.
 
-        Keeps nothing: hand the segment on with each index (``StreamIndex``) or to
+        Keeps nothing: hand the segment on with each index (``SampleIndex(..., segment=)``) or to
         ``GridSampler(..., segment=)``. With other weights than the saved ones the segment
         starts at the saved position, and one INFO line says so (unless ``quiet``).
         """

@@ -10,7 +10,7 @@ two ``describe()`` values (a ``TokenDataset``'s resume uses it too).
 
 A ``ScheduleSegment`` is what a resume hands to every reader of the mixture: which weights apply
 from which position of an epoch, and a known point of that schedule. It is a value that
-travels with each index (``loaders.tokens.stream.StreamIndex``), never state kept in the
+travels with each index (``loaders.read.sample_index.SampleIndex``), never state kept in the
 mixture, so every copy of the dataset (a persistent worker process's too) reads the same.
 """
 

@@ -8,8 +8,10 @@ document as a Python object: ``lengths`` is the int32 [documents] array of the .
 files (a read-only memory map for a single shard, one int32 copy for several), the byte
 offsets stay in the mapped .idx files, and tokens are read as views of the mapped .bin
 files. Maps are opened lazily in each process (a pickled corpus carries paths, not data).
-A directory may be remote (``s3://``, ``gs://``, ``az://``): it is then held whole in the
-node cache (``loaders.tokens.sources``) and its files are the cache's verified copies.
+Each directory is opened as every dataset's folder is (``loaders.read.shard_files``); one that is
+remote (``s3://``, ``gs://``, ``az://``) or given a cache is held whole in the node cache
+(``ShardFiles.hold``: windows land on random documents of every shard from the first batch on)
+and its files are the cache's verified copies.
 
 Checked at construction, O(1) per shard (no pass over the data): the manifest's format
 and tokenizer block, the same tokenizer (sha256, EOS id, vocabulary size, dtype) in every
@@ -36,8 +38,7 @@ from dataprep.formats.manifest import FORMAT_TOKENS, Manifest, ShardInfo
 from dataprep.formats.tokens.index import TokenIndex, read_token_index
 from loaders.cache import CacheConfig
 from loaders.errors import ConfigError, ShardError
-from loaders.read.shard_files import cache_config
-from loaders.tokens.sources import TokenShards, open_source
+from loaders.read.shard_files import ShardFiles, cache_config, open_shard_files
 
 __all__ = ["TokenCorpus", "TokenizerBlock"]
 
@@ -78,9 +79,18 @@ class TokenizerBlock:
                 if getattr(self, key) != getattr(other, key)]
 
 
-def _check_shard(source: TokenShards, shard: ShardInfo, index: TokenIndex, tokenizer: TokenizerBlock) -> None:
+def _open_folder(path: str | os.PathLike[str], cache: CacheConfig | None) -> tuple[ShardFiles, Manifest]:
+    """The token directory at ``path`` and its manifest, every ``.idx`` and ``.bin`` held (through the cache:
+    downloaded before the dataset is built)."""
+    files = open_shard_files(path, cache)
+    manifest = files.manifest()
+    files.hold([s.index for s in manifest.shards if s.index] + [s.name for s in manifest.shards if s.num_tokens])
+    return files, manifest
+
+
+def _check_shard(source: ShardFiles, shard: ShardInfo, index: TokenIndex, tokenizer: TokenizerBlock) -> None:
     """O(1) consistency of one shard's .idx and .bin with the manifest; ShardError naming the file."""
-    bin_path = source.path(shard.name)
+    bin_path = source.local_path(shard.name)
     problems = []
     if index.dtype != tokenizer.dtype:
         problems.append(f"dtype {index.dtype} in the .idx, {tokenizer.dtype} in the manifest")
@@ -134,10 +144,11 @@ class TokenCorpus:
             paths = [paths]
         if not paths:
             raise ConfigError("'paths' must name at least one token-shard directory (got none)")
-        self.sources = [open_source(p, cache_config(p, cache_dir, cache_limit, cache)) for p in paths]
+        opened = [_open_folder(p, cache_config(p, cache_dir, cache_limit, cache)) for p in paths]
+        self.sources = [files for files, _ in opened]
         self.paths: tuple[Path | str, ...] = tuple(s.where if "://" in str(p) else Path(p)
                                                   for p, s in zip(paths, self.sources))
-        manifests = [s.manifest for s in self.sources]
+        manifests = [manifest for _, manifest in opened]
         self.tokenizer = TokenizerBlock.from_manifest(manifests[0], self.paths[0])
         for path, manifest in zip(self.paths[1:], manifests[1:]):
             other = TokenizerBlock.from_manifest(manifest, path)
@@ -167,7 +178,7 @@ class TokenCorpus:
     @property
     def bin_paths(self) -> list[Path]:
         """Every shard's .bin, in document order."""
-        return [source.path(shard.name) for source, shard in self._shards]
+        return [source.local_path(shard.name) for source, shard in self._shards]
 
     @property
     def lengths_mapped(self) -> bool:
@@ -180,7 +191,7 @@ class TokenCorpus:
             if shard.index is None:
                 raise ShardError(f"{source.where}/{shard.name}: the manifest names no .idx for this token shard")
             try:
-                index = read_token_index(source.path(shard.index))
+                index = read_token_index(source.local_path(shard.index))
             except FormatError as err:
                 raise ShardError(f"{source.where}/{shard.index}: unreadable token index: {err}") from err
             if check:
@@ -200,7 +211,7 @@ class TokenCorpus:
             with self._lock:
                 data = self._bins[shard]
                 if data is None:
-                    data = _map_tokens(source.path(info.name), self.dtype) if info.num_tokens else \
+                    data = _map_tokens(source.local_path(info.name), self.dtype) if info.num_tokens else \
                         np.empty(0, self.dtype)
                     self._bins[shard] = data
         return data

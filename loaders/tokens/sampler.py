@@ -1,4 +1,4 @@
-"""``GridSampler``: this rank's rows of each global batch (``loaders.read.grid``), as ``StreamIndex``.
+"""``GridSampler``: this rank's rows of each global batch (``loaders.read.grid``), as ``SampleIndex``.
 
 For any DataLoader over a ``TokenDataset`` or ``Mixture`` in a distributed job::
 
@@ -22,17 +22,18 @@ from collections.abc import Iterator
 
 import torch.utils.data
 
+from loaders.read.sample_index import SampleIndex
 from loaders.read.topology import Topology
 from loaders.validate import check_int
 from loaders.read.grid import GlobalPosition, GridStart, resume_grid
 from loaders.tokens.mixture_state import ScheduleSegment
-from loaders.tokens.stream import StreamIndex, TokenStream
+from loaders.tokens.stream import TokenStream
 
 __all__ = ["GridSampler"]
 
 
-class GridSampler(torch.utils.data.Sampler[StreamIndex]):
-    """Yields rank ``topology.rank``'s ``StreamIndex(sequence, epoch)`` for every global batch of the epoch."""
+class GridSampler(torch.utils.data.Sampler[SampleIndex]):
+    """Yields rank ``topology.rank``'s ``SampleIndex(sequence, epoch)`` for every global batch of the epoch."""
 
     def __init__(self, dataset: TokenStream, batch_size: int, *, topology: Topology | None = None,
                  start: GlobalPosition | None = None, segment: ScheduleSegment | None = None) -> None:
@@ -55,12 +56,12 @@ class GridSampler(torch.utils.data.Sampler[StreamIndex]):
         return resume_grid(GlobalPosition(self.epoch, 0), self.dataset.epoch_length(self.epoch), self.batch_size,
                            world_size)
 
-    def __iter__(self) -> Iterator[StreamIndex]:
+    def __iter__(self) -> Iterator[SampleIndex]:
         epoch, grid, first = self.plan()
         segment = self.segment if self.start is not None and self.start.epoch == epoch else None
         for batch in range(first, grid.num_batches):
             for sequence in grid.rows(batch, self.topology.rank).tolist():
-                yield StreamIndex(sequence, epoch, segment)
+                yield SampleIndex(sequence, epoch, segment=segment)
 
     def __len__(self) -> int:
         _, grid, first = self.plan()

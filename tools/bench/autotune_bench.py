@@ -165,7 +165,8 @@ def run_workload(workload: str, args: argparse.Namespace, shard_dir: Path | None
 def accounting_overhead_s(rounds: int = 20_000) -> float:
     """Seconds the always-on accounting adds per batch: the clock reads and records of one batch, timed over
     ``rounds`` batches (the loop's two reads, the worker's four, the outcome and the window's bookkeeping)."""
-    from loaders.loader.stage_timing import BatchTiming, collect_parts
+    from loaders.loader.stage_timing import BatchTiming
+    from loaders.stage_clock import collect_parts
     from loaders.loader.tuner import Tuner
 
     tuner = Tuner.inert()

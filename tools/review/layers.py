@@ -24,8 +24,8 @@ from tools.review.source import Module, assigned_names, top_level
 LAYERS: dict[str, tuple[str, ...]] = {
     "dataprep": ("errors", "cpus", "phases", "formats", "remote", "output", "inputs", "clean", "tokenize", "plan",
                  "engines", "commands", "cli", "synthetic"),
-    "loaders": ("errors", "validate", "state_keys", "cache", "read", "augment", "batch_decode", "loader", "tokens",
-                "profiler"),
+    "loaders": ("errors", "validate", "state_keys", "stage_clock", "cache", "read", "augment", "batch_decode",
+                "loader", "tokens", "profiler"),
 }
 # What loaders may import of dataprep: the CPU count, the shard formats and the object-store client.
 LOADERS_READS_DATAPREP = ("dataprep.cpus", "dataprep.formats", "dataprep.remote")

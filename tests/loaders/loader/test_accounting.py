@@ -1,10 +1,13 @@
 """stats(): the accounting against the training loop's own clock, worker timings carried back from threads and
-processes, the profiler ranges, the log line and the flat dict. No wall-clock bounds: sleeps are lower bounds,
+processes, the parts our shard datasets report (read, decode, transform), the profiler ranges, the log line and
+the flat dict. No wall-clock bounds: sleeps are lower bounds,
 and shares are compared where the ratios are large."""
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 import warnings
 from typing import Any
@@ -13,9 +16,11 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from loaders import DataLoader
+from loaders import DataLoader, ParquetShardDataset, ShardDataset
 from loaders.loader.loader_stats import BOTTLENECKS, STAGES
-from loaders.loader.stage_timing import timed_stage
+from loaders.read.transforms import CenterCropDecode, Compose, DecodeLabel
+from loaders.stage_clock import timed_stage
+from tests.samples import image_dataset, photo_jpeg
 
 SLEEP_S = 0.01
 
@@ -122,3 +127,85 @@ def test_bad_options_are_refused_at_construction(value: object, name: str) -> No
 
     with pytest.raises(ConfigError, match=name):
         DataLoader(Sleepy(4), batch_size=2, **{name: value})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- our shard datasets report their parts
+
+BIG_IMAGES = 8  # 2000 x 2000 JPEGs: decoding one costs far more than reading its bytes or a 16-pixel crop
+
+
+def square_label(sample: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """A user's own Parquet transform: a little Python per row (module level: worker processes pickle it)."""
+    return {**sample, "id_squared": int(sample["id"]) ** 2}
+
+
+@pytest.fixture(scope="module")
+def big_image_shards(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    images = [photo_jpeg(2000, 2000, seed=i) for i in range(BIG_IMAGES)]
+    return image_dataset(tmp_path_factory.mktemp("big-images"), images, per_shard=4).shards
+
+
+def assert_parts_within_the_dataset(stages: Any, parts: tuple[str, ...]) -> None:
+    assert all(stages[name] > 0 for name in parts), dict(stages)
+    assert stages["read"] + stages["decode"] + stages["transform"] <= stages["dataset"], dict(stages)
+
+
+@pytest.mark.parametrize(("num_workers", "worker_type", "method"), [
+    (0, "thread", None), (2, "thread", None), (2, "process", "fork"), (1, "process", "spawn")])
+def test_shard_dataset_reports_read_decode_and_transform(big_image_shards: Any, num_workers: int, worker_type: str,
+                                                         method: str | None) -> None:
+    dataset = ShardDataset(big_image_shards, transform=Compose([CenterCropDecode(16), DecodeLabel()]))
+    options: dict[str, Any] = {} if method is None else {"multiprocessing_context": method}
+    loader: DataLoader[Any] = DataLoader(dataset, batch_size=2, num_workers=num_workers, worker_type=worker_type,
+                                         **options)
+    labels = [label for batch in loader for label in batch["label"].tolist()]
+    assert labels == list(range(BIG_IMAGES))  # the same samples in the same order, timed or not
+    stats = loader.stats()
+    assert_parts_within_the_dataset(stats.stages, ("read", "decode", "transform"))
+    assert stats.bottleneck == "decode"  # a whole 2000 x 2000 JPEG decode (at 1/8) for a 16-pixel crop
+    assert any("--resize-short" in sentence and "decode='device'" in sentence for sentence in stats.advice)
+
+
+def test_parquet_dataset_reports_its_reads_and_transform(table_shards: Any) -> None:
+    dataset = ParquetShardDataset(table_shards, columns=["id"], transform=square_label)
+    loader: DataLoader[Any] = DataLoader(dataset, batch_size=8, num_workers=2, worker_type="thread")
+    rows = [value for batch in loader for value in batch["id_squared"].tolist()]
+    assert len(rows) == len(dataset)
+    stages = loader.stats().stages
+    assert_parts_within_the_dataset(stages, ("read", "transform"))
+    assert stages["decode"] == 0  # no image in these rows: nothing decoded
+
+
+def test_stats_from_another_thread_is_a_consistent_snapshot() -> None:
+    """A profiler's thread reads stats() while the loop runs and the controller retunes: never an error, never a
+    decision without its knobs (thread switches forced often, so that the reads land mid-update)."""
+    loader: DataLoader[Any] = DataLoader(Sleepy(400, 0.001), batch_size=2, num_workers=1, worker_type="thread",
+                                         autotune=True)
+    done = threading.Event()
+    errors: list[BaseException] = []
+    snapshots: list[Any] = []
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                snapshots.append(loader.stats())
+            except Exception as err:  # noqa: BLE001 - what the test looks for
+                errors.append(err)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        assert consume(loader) == list(range(400))
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert not errors and len(snapshots) > 10
+    assert [s.steps for s in snapshots] == sorted(s.steps for s in snapshots)
+    for stats in snapshots:
+        assert stats.window_steps <= stats.steps and set(stats.stages) == set(STAGES)
+        counts = [d.new for d in stats.tuning if d.knob == "num_workers"]
+        assert not counts or counts[-1] == stats.workers
+    assert any(d.knob == "num_workers" for d in snapshots[-1].tuning)  # the controller did retune meanwhile

@@ -94,9 +94,9 @@ def test_process_workers_grow_mid_epoch_and_keep_the_order(method: str, dataset:
                                                worker_type="process", multiprocessing_context=method, autotune=True)
     assert read(tuned_loader) == reference
     stats = tuned_loader.stats()
-    if cpus_available() > 1:
-        assert stats.workers > 1 and stats.worker_type == "process"
-        assert [d.knob for d in stats.tuning][:1] == ["num_workers"]
+    if cpus_available() > 1:  # grown mid-epoch; on a busy machine the trial may not pay and be undone later
+        first = stats.tuning[0]
+        assert (first.knob, first.old) == ("num_workers", 1) and int(first.new) > 1 and stats.worker_type == "process"
     assert stats.stages["dataset"] >= 2 * 0.01  # the workers' timings travelled back from the processes
 
 
@@ -136,3 +136,30 @@ def test_a_slow_step_releases_idle_workers() -> None:
         time.sleep(0.05)  # the step sets the pace: the workers idle
     cuts = [d for d in loader.stats().tuning if "step sets the pace" in d.why]
     assert cuts and cuts[0].knob == "num_workers" and cuts[0].old == 4 and int(cuts[0].new) < 4
+
+
+class Threads(Dataset[torch.Tensor]):
+    """Each item: its index and the intra-op threads of the process that read it."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, torch.get_num_threads()])
+
+
+def test_tuned_threads_per_worker_reach_the_worker_processes_and_travel_in_the_state() -> None:
+    def make() -> DataLoader[Any]:
+        return DataLoader(Threads(), batch_size=2, num_workers=1, worker_type="process", autotune=True)
+
+    state = make().state_dict()
+    assert state[KEY_TUNED]["threads_per_worker"] == 1
+    loader = make()
+    loader.load_state_dict({**state, KEY_TUNED: {**state[KEY_TUNED], "threads_per_worker": 2}})
+    rows = [row for batch in loader for row in batch.tolist()]
+    assert rows == [[index, 2] for index in range(8)]  # the same items, read by workers of 2 threads each
+    stats = loader.stats()
+    assert stats.threads_per_worker == 2 and [d.knob for d in stats.tuning] == ["threads_per_worker"]
+    assert loader.state_dict()[KEY_TUNED]["threads_per_worker"] == 2
+    with pytest.raises(ConfigError, match="threads_per_worker"):
+        loader.load_state_dict({**state, KEY_TUNED: {**state[KEY_TUNED], "threads_per_worker": 0}})

@@ -10,9 +10,10 @@ from loaders.loader.autotune import MIN_STEPS, Controller, Knobs, Limits, apply
 
 
 def window(*, wait_s: float, step_s: float, steps: int = 20, dataset_s: float = 0.1, cpu_s: float = 0.002,
-           busy_s: float | None = None, built: int = 20, queued: int = 0, decode_s: float = 0.0) -> StatsWindow:
+           busy_s: float | None = None, built: int = 20, queued: int = 0, decode_s: float = 0.0,
+           read_s: float = 0.0) -> StatsWindow:
     """A window of ``steps`` loop batches, each waiting ``wait_s`` and stepping ``step_s``."""
-    stages = (("dataset", dataset_s), ("read", 0.0), ("decode", decode_s), ("transform", 0.0), ("collate", 0.001),
+    stages = (("dataset", dataset_s), ("read", read_s), ("decode", decode_s), ("transform", 0.0), ("collate", 0.001),
               ("pin", 0.0), ("transfer", 0.0), ("device_decode", 0.0))
     return StatsWindow(steps=steps, wait_s=wait_s, step_s=step_s, wall_s=steps * (wait_s + step_s), samples=32 * steps,
                   built=built, stages=stages, busy_s=dataset_s if busy_s is None else busy_s, cpu_s=cpu_s,
@@ -125,6 +126,9 @@ def test_gil_bound_threads_at_their_cap_try_processes_once() -> None:
     (window(wait_s=0.05, step_s=0.01, cpu_s=0.002), "dataset", "reads wait"),
     (window(wait_s=0.05, step_s=0.01, dataset_s=0.1, cpu_s=0.1, decode_s=0.08), "decode", "decode='device'"),
     (window(wait_s=0.05, step_s=0.01, cpu_s=0.1), "dataset", "cores are saturated"),
+    (window(wait_s=0.05, step_s=0.01, cpu_s=0.002, read_s=0.09, decode_s=0.005), "read", "reads wait"),
+    (window(wait_s=0.05, step_s=0.01, cpu_s=0.08, read_s=0.09, decode_s=0.005), "read", "the disk"),
+    (window(wait_s=0.05, step_s=0.01, cpu_s=0.1, read_s=0.01, decode_s=0.08), "decode", "--resize-short"),
 ])
 def test_advice_names_the_bottleneck_and_an_action(observed: StatsWindow, expected: str, words: str) -> None:
     bottleneck, advice = diagnose(observed, Knobs(2, "process", 2), cpus=2)
@@ -149,3 +153,28 @@ def test_a_dataset_that_releases_the_gil_keeps_its_threads() -> None:
     controller = Controller(Limits(cpus=4, can_switch_type=True, releases_gil=True))
     starved = window(wait_s=0.015, step_s=0.01, dataset_s=0.1, cpu_s=0.025)  # looks like the GIL: other load
     assert all(c.knob != "worker_type" for c in controller.decide(starved, Knobs(4, "thread", 2)))
+
+
+def test_cpu_bound_processes_at_their_cap_get_the_idle_cores_as_threads_and_a_trial_that_does_not_pay_is_undone(
+        ) -> None:
+    limits = Limits(cpus=8, max_in_flight=4)  # the memory budget caps 2 processes x 2 prefetch below the 8 cores
+    cpu_bound = window(wait_s=0.05, step_s=0.01, dataset_s=0.1, cpu_s=0.1)
+    controller = Controller(limits)
+    knobs = step(controller, Knobs(2, "process", 2), cpu_bound)
+    assert knobs == Knobs(2, "process", 2, threads_per_worker=4)  # 2 x 4 = the 8 cores
+    assert step(controller, knobs, cpu_bound) == Knobs(2, "process", 2)  # no faster: undone
+    assert all(c.knob != "threads_per_worker" for c in controller.decide(cpu_bound, Knobs(2, "process", 2)))
+    paying = Controller(limits)
+    knobs = step(paying, Knobs(2, "process", 2), cpu_bound)
+    faster = window(wait_s=0.01, step_s=0.01, dataset_s=0.05, cpu_s=0.05)  # 2x the batches/s: it stays
+    assert step(paying, knobs, faster).threads_per_worker == 4
+
+
+def test_threads_per_worker_never_take_workers_x_threads_above_the_cores() -> None:
+    cpu_bound = window(wait_s=0.05, step_s=0.01, dataset_s=0.1, cpu_s=0.1)
+    grown = step(Controller(Limits(cpus=8)), Knobs(2, "process", 2, threads_per_worker=4), cpu_bound)
+    assert grown.num_workers > 2 and grown.num_workers * grown.threads_per_worker <= 8
+    waiting = window(wait_s=0.05, step_s=0.01, cpu_s=0.002)  # reads that wait: more workers, never threads
+    for knobs in (Knobs(1, "thread", 2), Knobs(1, "process", 2)):
+        changes = Controller(Limits(cpus=8, max_threads=1)).decide(waiting, knobs)
+        assert all(c.knob != "threads_per_worker" for c in changes)

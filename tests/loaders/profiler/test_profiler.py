@@ -13,15 +13,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch.utils.data import Dataset
 
-from loaders.profiler.report import REPORT_VERSION, RunInfo, build_report, intervals, summary_lines
-from loaders.profiler.sampler import LoaderTrace, Sample
-from loaders.profiler.timeline import NO_MATPLOTLIB, write_timeline
+from loaders import DataLoader
 from loaders.loader.advice import WAIT_TARGET
+from loaders.profiler.report import REPORT_VERSION, RunInfo, build_report, intervals, summary_lines
+from loaders.profiler.sampler import LoaderTrace, Sample, StatsSampler
+from loaders.profiler.timeline import NO_MATPLOTLIB, write_timeline
 from loaders.profiler.whatif import Costs, what_ifs, workers_needed
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -194,6 +199,12 @@ def test_the_report_weights_each_interval_by_its_batches() -> None:
     assert any("tuning: step 50: num_workers 2 -> 4" in line for line in summary_lines(report))
 
 
+def test_a_sample_taken_before_the_window_holds_a_step_does_not_lower_the_rate() -> None:
+    empty = replace(_sample(0.5, 1, "step", 0.0, window_steps=0), samples_per_s=0.0)  # only the pass's first batch
+    report = _report(empty, _sample(1.0, 10, "dataset", 0.03), _sample(2.0, 20, "dataset", 0.03))
+    assert report["loaders"][0]["summary"]["samples_per_s"] == pytest.approx(100.0)
+
+
 def test_a_slow_batch_counts_in_its_interval_not_for_its_whole_window() -> None:
     # The loader's window (all 5 batches, none dropped yet) still holds the 1.6 s wait of the first interval
     # and says "dataset" throughout; the difference of its totals puts that wait in the first interval only.
@@ -214,3 +225,33 @@ def test_without_matplotlib_the_timeline_says_so(tmp_path: Path, monkeypatch: py
     report = {"loaders": [{"timeline": [1]}], "run": {"target": "t.py"}}
     assert write_timeline(report, tmp_path / "t.png") == (None, NO_MATPLOTLIB)
     assert not (tmp_path / "t.png").exists()
+
+
+class Waiting(Dataset[torch.Tensor]):
+    """Items that wait 1 ms each (a read)."""
+
+    def __len__(self) -> int:
+        return 240
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.001)
+        return torch.tensor(index)
+
+
+def test_the_sampler_reads_a_running_loader_without_a_failure() -> None:
+    """stats() is read on the sampler's thread while the loop runs (thread switches forced often): one read a
+    sample, none failing (stats() is a consistent snapshot from any thread, nothing to retry)."""
+    loader: DataLoader[torch.Tensor] = DataLoader(Waiting(), batch_size=2, num_workers=2, worker_type="thread",
+                                                  autotune=True)
+    sampler = StatsSampler(0.0005, loaders=lambda: [(0, loader)])
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        sampler.start()
+        assert sum(len(batch) for batch in loader) == 240
+    finally:
+        sampler.stop()
+        sys.setswitchinterval(interval)
+    trace = sampler.traces[0]
+    assert sampler.failed_samples == 0 and len(trace.samples) >= 2 and trace.alive_at_end
+    assert trace.samples[-1].steps == len(loader)

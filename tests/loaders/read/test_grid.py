@@ -3,6 +3,7 @@ both tails (a sample dataset's strided and padded, a token stream's contiguous a
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections import Counter
 
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, rank_indices
 from loaders.read.read_plan import ReadPlan, shard_uses
-from loaders.read.grid import Deal, GlobalGrid, GlobalPosition, GridIndex, Tail, order_digest, resume_grid
+from loaders.read.grid import Deal, GlobalGrid, GlobalPosition, Tail, order_digest, resume_grid
+from loaders.read.sample_index import SampleIndex
 from loaders.read.sampler import SampleBatch
 from tests.loaders.strategies import batch_sizes, modes, num_samples, world_sizes
 
@@ -94,10 +96,17 @@ def test_positions_past_the_epoch_are_refused_and_the_index_pickles_with_its_gri
     with pytest.raises(ConfigError, match="global position 11 is past the epoch's 10 positions"):
         GlobalGrid(10, 2, 2, begin=11)
     grid = GlobalGrid(10, 2, 2, begin=4)
-    index = GridIndex(3, 1, grid)
-    assert pickle.loads(pickle.dumps(index)) == index and repr(index) == "GridIndex(index=3, epoch=1)"
+    index = SampleIndex(3, 1, grid=grid, segment=("a", 2))
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy == index and copy.grid == grid and copy.segment == ("a", 2)
+    assert repr(index) == "SampleIndex(index=3, epoch=1)"  # messages list a batch's indices: not its grid
+    assert index != SampleIndex(3, 1, grid=grid.fresh(), segment=("a", 2)) != SampleIndex(3, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        index.epoch = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SampleIndex(3, 1, grid)  # type: ignore[misc]  # grid and segment are named
     batch = SampleBatch(np.array([5, 7]), 1, grid=grid)
-    assert list(batch) == [GridIndex(5, 1, grid), GridIndex(7, 1, grid)] and batch[1:][0].grid == grid
+    assert list(batch) == [SampleIndex(5, 1, grid=grid), SampleIndex(7, 1, grid=grid)] and batch[1:][0].grid == grid
 
 
 def test_the_order_digest_names_the_samples_epoch_and_data() -> None:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
 from loaders.read.order import OrderMode, epoch_order, rank_indices
-from loaders.read.sampler import SAMPLER_STATE_VERSION, SampleIndex, ShardSampler
+from loaders.read.sample_index import SampleIndex
+from loaders.read.sampler import SAMPLER_STATE_VERSION, ShardSampler
 from loaders.read.topology import Topology
 from tests.loaders import strategies as sfst
 from tests.loaders.resume_harness import check_resume, check_resume_chain, items_equal, standard_stops

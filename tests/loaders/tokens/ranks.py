@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from loaders import DataLoader, Topology
-from loaders.tokens import Mixture, ScheduleSegment, StreamIndex, TokenDataset
+from loaders.tokens import Mixture, SampleIndex, ScheduleSegment, TokenDataset
 from tests.loaders.helpers import through_torch_save
 from tests.loaders.resume_harness import job_steps
 
@@ -56,7 +56,7 @@ class SequenceMap:
         self._of: dict[bytes, int] = {}
         self._first: dict[int, int] = {}
         for k in range(start, self.end):
-            item = stream[StreamIndex(k, epoch, segment)]
+            item = stream[SampleIndex(k, epoch, segment=segment)]
             self._first[k] = self._of.setdefault(window_key(item["input_ids"], item["labels"]), k)
 
     def of(self, batch: dict[str, Any]) -> list[int]:

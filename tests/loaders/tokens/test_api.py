@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import loaders.tokens
 
-PUBLIC = ["Exhaustion", "GlobalGrid", "GlobalPosition", "GridSampler", "GridStart", "Mixture", "ScheduleSegment",
-          "StreamIndex", "TokenDataset", "collate", "resume_grid"]
+PUBLIC = ["Exhaustion", "GlobalGrid", "GlobalPosition", "GridSampler", "GridStart", "Mixture", "SampleIndex",
+          "ScheduleSegment", "TokenDataset", "collate", "resume_grid"]
 
 
 def test_all_is_pinned_sorted_and_importable() -> None:

@@ -71,13 +71,13 @@ def _steps(results: list[dict[str, Any]], sequence_of: dict[bytes, int]) -> list
 
 
 def test_two_rank_processes_save_and_three_resume(counting_shards: Path, tmp_path: Path) -> None:
-    from loaders.tokens import StreamIndex, TokenDataset
+    from loaders.tokens import SampleIndex, TokenDataset
     from tests.loaders.tokens.ranks import grid, window_key
 
     dataset = TokenDataset(counting_shards, seq_len=8, seed=5)
     sequence_of = {}
     for k in range(len(dataset)):
-        item = dataset[StreamIndex(k, 0)]
+        item = dataset[SampleIndex(k, 0)]
         sequence_of[window_key(item["input_ids"], item["labels"])] = k
     state = tmp_path / "state.pt"
     saved = _job(2, 3, 9, counting_shards, tmp_path, state_out=str(state))

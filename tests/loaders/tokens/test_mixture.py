@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
-from loaders.read.sampler import SampleIndex
+from loaders.read.sample_index import SampleIndex
 from loaders.tokens import Mixture, TokenDataset
 from loaders.tokens.mixture_state import KEY_CURSORS, KEY_SEGMENT, KEY_SEGMENT_START, ScheduleSegment
 from loaders.tokens.schedule import Shares

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders.errors import ConfigError
-from loaders.read.sampler import SampleIndex
+from loaders.read.sample_index import SampleIndex
 from loaders.tokens import TokenDataset
 from loaders.tokens.packing import BLOCK_DOCS, PackingPlan
 from loaders.tokens.permutation import FeistelPermutation

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dataprep.formats.manifest import Manifest, read_manifest, write_manifest
-from loaders.errors import ShardError
+from loaders.errors import ShardError, ShardIntegrityError
 from loaders.tokens import TokenDataset
 from loaders.tokens.reader import TokenCorpus
 from tests.loaders.tokens.corpus import documents_with_eos, write_tokens
@@ -51,6 +51,25 @@ def test_pickled_corpus_reopens_its_maps(two_sources: tuple[Path, Path, list[np.
     copy = pickle.loads(blob)
     assert copy.read(4, 0, 10).tolist() == documents[4].tolist()
     assert copy.lengths.tolist() == corpus.lengths.tolist()
+
+
+def test_a_folder_given_a_cache_is_read_from_its_verified_copies_held_whole(
+        two_sources: tuple[Path, Path, list[np.ndarray]], tmp_path: Path) -> None:
+    a, _, documents = two_sources
+    cache = tmp_path / "cache"
+    corpus = TokenCorpus(a, cache_dir=cache, cache_limit="64MiB")
+    assert all(p.is_relative_to(cache) for p in corpus.bin_paths)  # downloaded before the first read
+    copy = pickle.loads(pickle.dumps(corpus))  # takes its own leases on the same copies
+    assert copy.bin_paths == corpus.bin_paths
+    for i, document in enumerate(documents[:4]):
+        assert corpus.read(i, 0, len(document)).tolist() == copy.read(i, 0, len(document)).tolist() \
+            == document.tolist()
+    bin_file = a / "shard-000000.bin"
+    flipped = bytearray(bin_file.read_bytes())
+    flipped[0] ^= 1
+    bin_file.write_bytes(bytes(flipped))
+    with pytest.raises(ShardIntegrityError, match=r"shard-000000\.bin .*sha256 is [0-9a-f]+, the manifest says"):
+        TokenCorpus(a, cache_dir=tmp_path / "another", cache_limit="64MiB")
 
 
 def test_not_token_shards(tmp_path: Path, image_shards: Path) -> None:
